@@ -1,0 +1,397 @@
+"""The taskq command line: parse arguments, call the core, format the output.
+
+This is the one place where errors become a message and an exit status
+(see the EXIT STATUS table in taskq(1)).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from taskq import __version__, fsutil, journal, runner, transitions
+from taskq.clock import wall_us
+from taskq.config import default_host_id, default_spool
+from taskq.errors import BadInput, Conflict, TaskqError
+from taskq.spool import STATES, Located, Spool
+from taskq.task import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PATH,
+    DEFAULT_QUEUE,
+    MAX_STDIN,
+    TaskBody,
+    check_id,
+    check_token,
+    new_id,
+)
+from taskq.timespec import format_iso, parse_duration, parse_when
+
+F = TypeVar("F", bound=Callable[..., Any])
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _spool(ctx: click.Context) -> Spool:
+    return Spool(ctx.obj["spool"])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--spool",
+    envvar="TASKQ_SPOOL",
+    type=click.Path(file_okay=False),
+    help="Spool directory [env: TASKQ_SPOOL; default: /var/spool/taskq for root, "
+    "else ${XDG_STATE_HOME:-~/.local/state}/taskq].",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="taskq")
+@click.pass_context
+def cli(ctx: click.Context, spool: str | None) -> None:
+    """taskq: run commands at a given time, durably, to the millisecond."""
+    ctx.obj = {"spool": spool or default_spool()}
+
+
+# -- submit ----------------------------------------------------------------
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.option("--at", "at", metavar="WHEN", help="ISO-8601 time (no offset = UTC), @EPOCH or now.")
+@click.option("--in", "in_", metavar="DURATION", help="Run after DURATION, e.g. 90s, 5m, 1h30m.")
+@click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Queue name.")
+@click.option("--key", help="Idempotency key: a second submit with it creates nothing.")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, 1000),
+    default=DEFAULT_MAX_ATTEMPTS,
+    show_default=True,
+    help="Attempts before the task is dead-lettered to failed/.",
+)
+@click.option("--timeout", metavar="DURATION", help="Kill an attempt that runs longer.")
+@click.option(
+    "--expires", metavar="DURATION", help="Fail instead of starting later than run_at + DURATION."
+)
+@click.option(
+    "--stdin",
+    "use_stdin",
+    is_flag=True,
+    help=f"Store standard input (max {MAX_STDIN} bytes) for the command.",
+)
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="K=V",
+    help="Set a variable for the command (repeatable).",
+)
+@click.option(
+    "--cwd", type=click.Path(file_okay=False), help="Working directory [default: the current one]."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the id.")
+@click.argument("command", nargs=-1, required=True)
+@click.pass_context
+def submit(ctx: click.Context, /, **opts: Any) -> None:
+    """Accept COMMAND to run at a time; print its id once it is durable."""
+    now = wall_us()
+    body = _build_body(opts, now)
+    spool = _spool(ctx)
+    _init(spool)
+    from taskq.submit import submit as do_submit
+
+    task_id, created = do_submit(spool, body)
+    if opts["as_json"]:
+        doc = {"id": task_id, "created": created, "run_at": format_iso(body.run_at)}
+        click.echo(json.dumps(doc))
+    else:
+        click.echo(task_id)
+
+
+def _build_body(opts: dict[str, Any], now: int) -> TaskBody:
+    if opts["at"] is not None and opts["in_"] is not None:
+        raise BadInput("give --at or --in, not both")
+    run_at = now
+    if opts["at"] is not None:
+        run_at = parse_when(opts["at"], now)
+    elif opts["in_"] is not None:
+        run_at = now + parse_duration(opts["in_"])
+    return TaskBody(
+        id=new_id(now),
+        argv=list(opts["command"]),
+        run_at=run_at,
+        submitted_at=now,
+        cwd=_cwd(opts["cwd"]),
+        env=_env(opts["env"]),
+        queue=check_token("queue", opts["queue"]),
+        key=opts["key"],
+        max_attempts=opts["max_attempts"],
+        timeout=_positive_duration("--timeout", opts["timeout"]),
+        expires=_positive_duration("--expires", opts["expires"]),
+        stdin=_read_stdin() if opts["use_stdin"] else None,
+    )
+
+
+def _cwd(given: str | None) -> str:
+    path = os.path.abspath(given or os.getcwd())
+    if not os.path.isdir(path):
+        raise BadInput(f"--cwd {given!r} is not a directory")
+    return path
+
+
+def _env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env = {"PATH": DEFAULT_PATH}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise BadInput(f"bad --env {pair!r}: expected NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def _positive_duration(option: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    value = parse_duration(text)
+    if value <= 0:
+        raise BadInput(f"{option} must be longer than zero")
+    return value
+
+
+def _read_stdin() -> bytes:
+    data = sys.stdin.buffer.read(MAX_STDIN + 1)
+    if len(data) > MAX_STDIN:
+        raise BadInput(f"standard input is over the limit of {MAX_STDIN} bytes")
+    return data
+
+
+def _init(spool: Spool) -> None:
+    try:
+        spool.init()
+    except OSError as e:
+        raise fsutil.as_taskq_error(e, f"cannot create spool {spool.root}") from None
+
+
+# -- daemon ----------------------------------------------------------------
+
+
+@cli.command()
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 4096),
+    default=8,
+    show_default=True,
+    help="Attempts run at once.",
+)
+@click.option(
+    "--lease",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="Lease of a claim; renewed every third of it.",
+)
+@click.option(
+    "--host-id", metavar="ID", help="This daemon's host id in claims [default: the hostname]."
+)
+@click.option(
+    "--retry-delay",
+    default="10s",
+    show_default=True,
+    metavar="DURATION",
+    help="Backoff before the first retry; doubles each attempt, with jitter.",
+)
+@click.option(
+    "--retry-cap", default="1h", show_default=True, metavar="DURATION", help="Longest backoff."
+)
+@click.option(
+    "--rescan",
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="Safety-net rescan interval.",
+)
+@click.option(
+    "--clock-margin",
+    default="1ms",
+    show_default=True,
+    metavar="DURATION",
+    help="Clock uncertainty allowed for: never start before run_at + margin.",
+)
+@click.option(
+    "--kill-grace",
+    default="10s",
+    show_default=True,
+    metavar="DURATION",
+    help="Between SIGTERM and SIGKILL on --timeout.",
+)
+@click.option(
+    "--shutdown-grace",
+    default="10s",
+    show_default=True,
+    metavar="DURATION",
+    help="How long SIGTERM waits for running attempts.",
+)
+@click.pass_context
+def daemon(ctx: click.Context, /, **opts: Any) -> None:
+    """Run due tasks in the foreground until SIGTERM or SIGINT."""
+    from taskq.daemon import Config, Daemon
+
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="taskq[%(process)d]: %(message)s"
+    )
+    cfg = Config(
+        workers=opts["workers"],
+        lease=_positive_duration("--lease", opts["lease"]) or 0,
+        host_id=check_token("host id", opts["host_id"] or default_host_id()),
+        retry_delay=parse_duration(opts["retry_delay"]),
+        retry_cap=parse_duration(opts["retry_cap"]),
+        rescan=_positive_duration("--rescan", opts["rescan"]) or 0,
+        clock_margin=parse_duration(opts["clock_margin"]),
+        kill_grace=parse_duration(opts["kill_grace"]),
+        shutdown_grace=parse_duration(opts["shutdown_grace"]),
+    )
+    spool = _spool(ctx)
+    _init(spool)
+    sys.exit(Daemon(spool, cfg).run())
+
+
+# -- reading -----------------------------------------------------------------
+
+
+def _body_or_none(spool: Spool, found: Located) -> TaskBody | None:
+    try:
+        return spool.read_body(found.path)
+    except (TaskqError, OSError):
+        return None
+
+
+@cli.command(name="ls")
+@click.option(
+    "--state",
+    type=click.Choice(STATES),
+    multiple=True,
+    help="Only tasks in this state (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.pass_context
+def ls_(ctx: click.Context, state: tuple[str, ...], as_json: bool) -> None:
+    """List tasks, one line each, by state then run_at."""
+    from taskq.render import summary, table
+
+    spool = _spool(ctx)
+    rows = []
+    for st in state or STATES:
+        for found in spool.iter_state(st):
+            rows.append(summary(found, _body_or_none(spool, found)))
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+    elif rows:
+        click.echo(table(rows))
+
+
+@cli.command()
+@click.argument("task_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.pass_context
+def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Show a task: its request, state and every attempt."""
+    from taskq.render import describe, detail
+
+    spool = _spool(ctx)
+    found = spool.locate(task_id)
+    body = spool.read_body(found.path)
+    doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))
+    click.echo(json.dumps(doc, indent=1) if as_json else describe(doc))
+
+
+@cli.command()
+@click.argument("task_id", metavar="ID")
+@click.option(
+    "--attempt", type=click.IntRange(1), help="Which attempt [default: the latest with output]."
+)
+@click.pass_context
+def logs(ctx: click.Context, task_id: str, attempt: int | None) -> None:
+    """Print the output (stdout and stderr) of an attempt."""
+    spool = _spool(ctx)
+    log_dir = spool.log_dir(task_id)
+    if attempt is None:
+        attempt = _latest_attempt(spool, log_dir, task_id)
+    try:
+        with open(runner.out_path(log_dir, attempt), "rb") as f:
+            sys.stdout.buffer.write(f.read())
+    except FileNotFoundError:
+        spool.locate(task_id)
+        raise Conflict(f"task {check_id(task_id)} has no output for attempt {attempt}") from None
+
+
+def _latest_attempt(spool: Spool, log_dir: str, task_id: str) -> int:
+    numbers = [
+        int(n[:-4]) for n in fsutil.listdir(log_dir) if n.endswith(".out") and n[:-4].isdigit()
+    ]
+    if not numbers:
+        spool.locate(task_id)
+        raise Conflict(f"task {check_id(task_id)} has not run yet")
+    return max(numbers)
+
+
+# -- cancel ------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("task_id", metavar="ID")
+@click.pass_context
+def cancel(ctx: click.Context, task_id: str) -> None:
+    """Cancel a pending task, or one claimed but not yet started."""
+    spool = _spool(ctx)
+    for _ in range(5):
+        found = spool.locate(task_id)
+        if found.state not in ("pending", "claimed"):
+            raise Conflict(
+                f"task {found.name.id} is {found.state}; "
+                "only pending or claimed tasks can be cancelled"
+            )
+        try:
+            dest = transitions.cancel(spool, found)
+        except FileNotFoundError:
+            continue  # it moved under us; look again
+        fsutil.fsync_dir(os.path.dirname(found.path))
+        fsutil.fsync_dir(os.path.dirname(dest))
+        journal.append(
+            spool.log_dir(found.name.id),
+            "cancelled",
+            wall_us(),
+            attempt=found.name.attempt,
+            by_pid=os.getpid(),
+        )
+        click.echo(f"cancelled {found.name.id}")
+        return
+    raise Conflict(f"task {check_id(task_id)} keeps changing state; try again")
+
+
+# -- entry point -------------------------------------------------------------
+
+
+def main() -> NoReturn:
+    """Run the CLI; map every error to one line on stderr and an exit status."""
+    try:
+        cli.main(prog_name="taskq", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.Abort:
+        click.echo("taskq: aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as e:
+        click.echo(f"taskq: {e.format_message()}", err=True)
+        if isinstance(e, click.UsageError) and e.ctx is not None:
+            click.echo(f"Try '{e.ctx.command_path} --help' for help.", err=True)
+        sys.exit(e.exit_code)
+    except TaskqError as e:
+        click.echo(f"taskq: {e}", err=True)
+        sys.exit(e.exit_status)
+    except OSError as e:
+        err = fsutil.as_taskq_error(e, e.filename or "spool")
+        click.echo(f"taskq: {err}", err=True)
+        sys.exit(err.exit_status)
+    sys.exit(0)

@@ -1,0 +1,554 @@
+"""The daemon's loop: wake, reap, renew, claim due work, start it, sleep.
+
+Everything in memory here (the due heap, the running children) is a cache
+of the spool that start-up rebuilds; the spool is the record. The loop
+sleeps until exactly the next due instant, or until the doorbell (a file
+submitters touch, watched with watchdog), a child's exit or a signal wakes
+it. Signal handlers only set flags; the loop does the work. Transitions of
+one iteration are made durable together (group commit) before any child
+they concern is started.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import random
+import selectors
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from taskq import fsutil, journal, runner, transitions
+from taskq.clock import Clock
+from taskq.dueindex import DueIndex
+from taskq.errors import CorruptFile
+from taskq.spool import Spool
+from taskq.submit import clean_tmp
+from taskq.task import ClaimName, TaskBody
+from taskq.timespec import HOUR, MS, SECOND, format_duration, format_iso, parse_when
+from taskq.transitions import Owner
+
+log = logging.getLogger("taskq")
+
+
+@dataclass
+class Config:
+    """Daemon settings; durations in microseconds."""
+
+    workers: int = 4
+    lease: int = 60 * SECOND
+    host_id: str = "localhost"
+    retry_delay: int = 10 * SECOND  # the first retry's backoff; doubles each attempt
+    retry_cap: int = HOUR
+    kill_grace: int = 10 * SECOND  # between TERM and KILL on timeout
+    shutdown_grace: int = 10 * SECOND
+    rescan: int = 30 * SECOND  # the safety-net rescan interval
+    clock_margin: int = 1 * MS
+    tmp_max_age: int = HOUR
+
+
+@dataclass
+class Running:
+    """An attempt this daemon watches: its own child or an adopted orphan."""
+
+    claim: ClaimName
+    body: TaskBody
+    pid: int | None
+    started_mono: float
+    started_wall: int
+    adopted: bool = False
+    lost: bool = False  # our lease was taken; we no longer own the claim
+    term_sent: float | None = None
+    killed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+class Daemon:
+    """One scheduler and worker pool over one spool."""
+
+    def __init__(self, spool: Spool, config: Config, clock: Clock | None = None) -> None:
+        self.spool = spool
+        self.cfg = config
+        self.clock = clock or Clock(config.clock_margin)
+        self.owner = Owner(config.host_id, os.getpid())
+        self.index = DueIndex(spool)
+        self.children: dict[int, Running] = {}
+        self.adopted: dict[str, Running] = {}
+        self.to_start: list[tuple[ClaimName, TaskBody]] = []
+        self.dirty = False
+        self.stopping = False
+        self.stop_deadline = 0.0
+        self.rescan_wanted = True
+        self.last_rescan = float("-inf")
+        self.last_renew = time.monotonic()
+        self.sel = selectors.DefaultSelector()
+
+    # -- life cycle -------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until SIGTERM/SIGINT and the shutdown grace; return an exit status."""
+        self.spool.init()
+        self._lock_owner()
+        self._install_wakeups()
+        observer = self._watch_doorbell()
+        log.info(
+            "taskq daemon %s started on %s: %d workers, lease %s",
+            self.owner.host,
+            self.spool.root,
+            self.cfg.workers,
+            format_duration(self.cfg.lease),
+        )
+        try:
+            self._recover(self.clock.now())
+            while not self._finished():
+                self._iteration()
+        finally:
+            if observer is not None:
+                observer.stop()
+            self._unlock_owner()
+        left = len(self.children) + len(self.adopted)
+        log.info("taskq daemon stopped; %d attempt(s) left running for the next daemon", left)
+        return 0
+
+    def _finished(self) -> bool:
+        if not self.stopping:
+            return False
+        busy = self.children or self.adopted
+        return not busy or time.monotonic() >= self.stop_deadline
+
+    def _lock_owner(self) -> None:
+        path = os.path.join(self.spool.run, f"{self.owner.host}_{self.owner.pid}.lock")
+        self._owner_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._owner_fd, fcntl.LOCK_EX)
+        self._owner_path = path
+
+    def _unlock_owner(self) -> None:
+        # Left-over claims stay ours until another daemon sees the lock free.
+        os.unlink(self._owner_path)
+        os.close(self._owner_fd)
+
+    def _install_wakeups(self) -> None:
+        sig_r, sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        bell_r, self._bell_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(sig_w, warn_on_full_buffer=False)
+        self.sel.register(sig_r, selectors.EVENT_READ, "signal")
+        self.sel.register(bell_r, selectors.EVENT_READ, "doorbell")
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, lambda *_: None)
+
+    def _on_stop(self, signum: int, _frame: Any) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self.stop_deadline = time.monotonic() + self.cfg.shutdown_grace / SECOND
+
+    def _watch_doorbell(self) -> Any:
+        """Wake the loop when a submitter touches the doorbell (inotify, via watchdog)."""
+        try:
+            from watchdog.events import FileSystemEvent, FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:  # pragma: no cover - watchdog is a dependency
+            return None
+        bell, wake_fd = self.spool.doorbell, self._bell_w
+
+        class Bell(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                if os.fsdecode(event.src_path) == bell:
+                    try:
+                        os.write(wake_fd, b"!")
+                    except BlockingIOError:
+                        pass  # the loop has a wake-up pending already
+
+        observer = Observer()
+        observer.daemon = True
+        observer.schedule(Bell(), self.spool.root, recursive=False)
+        try:
+            observer.start()
+        except OSError as e:
+            log.warning("cannot watch the doorbell (%s); relying on rescans", e)
+            return None
+        return observer
+
+    # -- the loop ---------------------------------------------------------
+
+    def _iteration(self) -> None:
+        now = self.clock.now()
+        self._reap(now)
+        self._poll_adopted(now)
+        self._enforce_timeouts()
+        self._renew_leases(now)
+        if not self.stopping:
+            self._maybe_rescan(now)
+            self._dispatch(now)
+        self._commit()
+        self._start_claimed()
+        self._wait(self._timeout())
+
+    def _commit(self) -> None:
+        """Make this iteration's renames durable at once (group commit)."""
+        if self.dirty:
+            fsutil.syncfs(self.spool.root)
+            self.dirty = False
+
+    def _timeout(self) -> float:
+        """Seconds to sleep: until the next due task, renewal, rescan or kill."""
+        mono = time.monotonic()
+        deadlines = [self.last_renew + self.cfg.lease / 3 / SECOND]
+        if self.stopping:
+            deadlines.append(self.stop_deadline)
+        else:
+            deadlines.append(self.last_rescan + self.cfg.rescan / SECOND)
+            nxt = self.index.next_run_at()
+            if nxt is not None and self._free_slots() > 0:
+                wait = (self.clock.earliest_start(nxt) - self.clock.now()) / SECOND
+                deadlines.append(mono + wait)
+        if self.adopted:
+            deadlines.append(mono + 0.2)
+        for run in self.children.values():
+            if run.term_sent is not None:
+                deadlines.append(run.term_sent + self.cfg.kill_grace / SECOND)
+            elif run.body.timeout is not None:
+                deadlines.append(run.started_mono + run.body.timeout / SECOND)
+        return max(0.0, min(deadlines) - mono)
+
+    def _wait(self, timeout: float) -> None:
+        for key, _ in self.sel.select(timeout):
+            try:
+                while os.read(key.fd, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            if key.data == "doorbell":
+                self.rescan_wanted = True
+
+    def _free_slots(self) -> int:
+        return self.cfg.workers - len(self.children) - len(self.adopted) - len(self.to_start)
+
+    # -- finding and claiming due work -----------------------------------
+
+    def _maybe_rescan(self, now: int) -> None:
+        mono = time.monotonic()
+        safety = mono - self.last_rescan >= self.cfg.rescan / SECOND
+        drained = not self.index and self.index.more_beyond
+        if not (self.rescan_wanted or safety or drained):
+            return
+        self.rescan_wanted = False
+        self.last_rescan = mono
+        for path, reason in self.index.rescan(now):
+            self._quarantine(path, reason, now)
+        if safety:
+            self._recover(now)
+            clean_tmp(self.spool, now, self.cfg.tmp_max_age)
+
+    def _dispatch(self, now: int) -> None:
+        while self._free_slots() > 0:
+            run_at = self.index.next_run_at()
+            if run_at is None or not self.clock.may_start(run_at, now):
+                return
+            name, path = self.index.pop()
+            try:
+                held = transitions.claim(self.spool, path, name, self.owner, now + self.cfg.lease)
+            except FileNotFoundError:
+                continue  # cancelled, or claimed by another daemon: theirs now
+            self.dirty = True
+            self._prepare(held, now)
+
+    def _prepare(self, held: ClaimName, now: int) -> None:
+        """Read a fresh claim's body, expire it or mark it started."""
+        body = self._read_body(transitions.claim_path(self.spool, held), now)
+        if body is None:
+            return
+        if body.expires is not None and now > body.run_at + body.expires:
+            self._note(held, "expired", now, deadline=format_iso(body.run_at + body.expires))
+            self._finish(held, "failed", now)
+            return
+        try:
+            held = transitions.start(self.spool, held)
+        except FileNotFoundError:
+            return  # cancelled between claim and start: it must not run
+        self.to_start.append((held, body))
+
+    def _read_body(self, path: str, now: int) -> TaskBody | None:
+        try:
+            return self.spool.read_body(path)
+        except CorruptFile as e:
+            self._quarantine(path, str(e), now)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self._quarantine(path, f"unreadable: {e.strerror}", now)
+        return None
+
+    def _quarantine(self, path: str, reason: str, now: int) -> None:
+        if self.spool.quarantine(path, reason, now):
+            log.warning("quarantined %s: %s", os.path.relpath(path, self.spool.root), reason)
+
+    # -- starting and finishing attempts ----------------------------------
+
+    def _start_claimed(self) -> None:
+        pending, self.to_start = self.to_start, []
+        for held, body in pending:
+            self._spawn(held, body)
+
+    def _spawn(self, held: ClaimName, body: TaskBody) -> None:
+        log_dir = self.spool.log_dir(body.id)
+        env = runner.task_env(body, held.task, self.spool.root)
+        now = self.clock.now()
+        try:
+            child = runner.spawn(body, held.task, log_dir, env)
+        except OSError as e:
+            log.error("cannot start %s: %s", body.id, e)
+            self._note(held, "spawn-failed", now, error=str(e))
+            self._after_attempt(held, body, 127, now)
+            return
+        lateness = now - held.task.run_at
+        journal.append(
+            log_dir,
+            "start",
+            now,
+            attempt=held.task.attempt,
+            host=self.owner.host,
+            pid=child.pid,
+            proc_start=child.proc_start,
+            daemon_pid=self.owner.pid,
+            run_at=format_iso(held.task.run_at),
+            lateness=lateness / SECOND,
+        )
+        run = Running(held, body, child.pid, time.monotonic(), now)
+        self.children[child.pid] = run
+        log.info(
+            "started %s attempt %d pid %d lateness %s",
+            body.id,
+            held.task.attempt,
+            child.pid,
+            format_duration(lateness),
+        )
+
+    def _reap(self, now: int) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            run = self.children.pop(pid, None)
+            if run is not None:
+                self._ended(run, os.waitstatus_to_exitcode(status), now)
+
+    def _ended(self, run: Running, code: int | None, now: int) -> None:
+        """Record an attempt's end and move its task on."""
+        fields: dict[str, Any] = {"attempt": run.claim.task.attempt}
+        if code is None:
+            fields["lost"] = True
+        elif code < 0:
+            fields["signal"] = -code
+        else:
+            fields["exit_status"] = code
+        if not run.adopted:
+            fields["duration"] = round(time.monotonic() - run.started_mono, 6)
+        if run.notes:
+            fields["notes"] = run.notes
+        journal.append(self.spool.log_dir(run.body.id), "end", now, **fields)
+        log.info("ended %s attempt %d: %s", run.body.id, run.claim.task.attempt, _outcome(fields))
+        if not run.lost:
+            self._after_attempt(run.claim, run.body, code, now)
+
+    def _after_attempt(self, held: ClaimName, body: TaskBody, code: int | None, now: int) -> None:
+        """Success to done/, failure to a retry or to failed/."""
+        if code == 0:
+            self._finish(held, "done", now)
+        elif held.task.attempt < body.max_attempts:
+            delay = 0 if code is None else self._backoff(held.task.attempt)
+            try:
+                name = transitions.retry(self.spool, held, now + delay)
+            except FileNotFoundError:
+                return
+            self.dirty = True
+            self._note(
+                held, "retry", now, next_attempt=name.attempt, run_at=format_iso(name.run_at)
+            )
+            self.index.push(name)
+        else:
+            self._note(held, "dead", now, reason="attempts exhausted")
+            self._finish(held, "failed", now)
+
+    def _finish(self, held: ClaimName, state: str, now: int) -> None:
+        try:
+            transitions.finish(self.spool, held, state, now)
+        except FileNotFoundError:
+            return
+        self.dirty = True
+
+    def _backoff(self, attempt: int) -> int:
+        """Exponential backoff with jitter: between half and all of base * 2^(n-1)."""
+        delay: int = min(self.cfg.retry_cap, self.cfg.retry_delay << (attempt - 1))
+        return delay // 2 + random.randrange(delay // 2 + 1)
+
+    def _note(self, held: ClaimName, event: str, now: int, **fields: Any) -> None:
+        journal.append(
+            self.spool.log_dir(held.task.id), event, now, attempt=held.task.attempt, **fields
+        )
+
+    # -- leases and timeouts ----------------------------------------------
+
+    def _renew_leases(self, now: int) -> None:
+        mono = time.monotonic()
+        if mono - self.last_renew < self.cfg.lease / 3 / SECOND:
+            return
+        self.last_renew = mono
+        for run in [*self.children.values(), *self.adopted.values()]:
+            if run.lost:
+                continue
+            try:
+                run.claim = transitions.renew(self.spool, run.claim, now + self.cfg.lease)
+            except FileNotFoundError:
+                self._lease_lost(run, now)
+        self.dirty = True
+
+    def _lease_lost(self, run: Running, now: int) -> None:
+        """Our claim was taken: kill the attempt at once, the new owner runs it."""
+        run.lost = True
+        run.notes.append("lease lost")
+        self._note(run.claim, "lease-lost", now)
+        log.warning("lost the lease of %s; killing attempt %d", run.body.id, run.claim.task.attempt)
+        if run.pid is not None:
+            runner.kill_group(run.pid, signal.SIGKILL)
+
+    def _enforce_timeouts(self) -> None:
+        mono = time.monotonic()
+        for run in [*self.children.values(), *self.adopted.values()]:
+            if run.pid is None or run.killed:
+                continue
+            if run.term_sent is None:
+                if (
+                    run.body.timeout is not None
+                    and mono >= run.started_mono + run.body.timeout / SECOND
+                ):
+                    run.notes.append(f"timeout after {format_duration(run.body.timeout)}")
+                    runner.kill_group(run.pid, signal.SIGTERM)
+                    run.term_sent = mono
+            elif mono >= run.term_sent + self.cfg.kill_grace / SECOND:
+                runner.kill_group(run.pid, signal.SIGKILL)
+                run.killed = True
+
+    # -- recovery ---------------------------------------------------------
+
+    def _recover(self, now: int) -> None:
+        """Take back this host's claims whose daemon is gone."""
+        mine = {r.claim.task.id for r in [*self.children.values(), *self.adopted.values()]}
+        mine.update(c.task.id for c, _ in self.to_start)
+        for entry in fsutil.listdir(self.spool.claimed):
+            path = os.path.join(self.spool.claimed, entry)
+            try:
+                held = ClaimName.parse(entry)
+            except ValueError:
+                self._quarantine(path, "not a claim file name", now)
+                continue
+            if held.host != self.owner.host or held.task.id in mine:
+                continue
+            if held.pid != self.owner.pid and self._owner_alive(held.owner):
+                continue
+            self._recover_claim(held, now)
+
+    def _owner_alive(self, owner: str) -> bool:
+        path = os.path.join(self.spool.run, f"{owner}.lock")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        try:
+            os.unlink(path)  # a dead daemon's lock file
+        except FileNotFoundError:
+            pass
+        return False
+
+    def _recover_claim(self, old: ClaimName, now: int) -> None:
+        try:
+            held = transitions.take_over(self.spool, old, self.owner, now + self.cfg.lease)
+        except FileNotFoundError:
+            return  # another daemon recovered it first
+        self.dirty = True
+        if held.phase == "claimed":
+            self.index.push(transitions.release(self.spool, held))
+            self._note(held, "released", now, previous_owner=old.owner)
+            return
+        body = self._read_body(transitions.claim_path(self.spool, held), now)
+        if body is not None:
+            self._adopt(held, body, old, now)
+
+    def _adopt(self, held: ClaimName, body: TaskBody, old: ClaimName, now: int) -> None:
+        """Watch an orphaned attempt to its end, or settle one that ended."""
+        log_dir = self.spool.log_dir(body.id)
+        attempt = held.task.attempt
+        start = _start_record(log_dir, attempt)
+        pid = _live_pid(start)
+        run = Running(held, body, pid, time.monotonic(), now, adopted=True)
+        if body.timeout is not None and start is not None:
+            elapsed = (now - _record_time(start)) / SECOND
+            run.started_mono -= max(0.0, elapsed)
+        if runner.supervisor_alive(log_dir, attempt):
+            self.adopted[body.id] = run
+            self._note(held, "adopted", now, previous_owner=old.owner, pid=pid)
+            log.info("adopted running attempt %d of %s from %s", attempt, body.id, old.owner)
+            return
+        code = runner.read_status(log_dir, attempt)
+        if code is None:
+            run.notes.append("lost: in flight when its daemon died; it may have run in part")
+            log.warning("attempt %d of %s was lost with its daemon", attempt, body.id)
+        else:
+            run.notes.append(
+                f"ended while no daemon watched; status recorded by {old.owner}'s child"
+            )
+        self._ended(run, code, now)
+
+    def _poll_adopted(self, now: int) -> None:
+        for task_id, run in list(self.adopted.items()):
+            log_dir = self.spool.log_dir(task_id)
+            if runner.supervisor_alive(log_dir, run.claim.task.attempt):
+                continue
+            del self.adopted[task_id]
+            code = runner.read_status(log_dir, run.claim.task.attempt)
+            if code is None:
+                run.notes.append("supervisor died without recording a status")
+            self._ended(run, code, now)
+
+
+def _outcome(fields: dict[str, Any]) -> str:
+    if fields.get("lost"):
+        return "lost"
+    if "signal" in fields:
+        return f"killed by signal {fields['signal']}"
+    return f"exit {fields['exit_status']}"
+
+
+def _start_record(log_dir: str, attempt: int) -> dict[str, Any] | None:
+    found = None
+    for record in journal.read(log_dir):
+        if record["event"] == "start" and record.get("attempt") == attempt:
+            found = record
+    return found
+
+
+def _record_time(record: dict[str, Any]) -> int:
+    return parse_when(str(record["time"]), 0)
+
+
+def _live_pid(start: dict[str, Any] | None) -> int | None:
+    """The orphan's pid if the same process (by start time) still has it."""
+    if start is None or not isinstance(start.get("pid"), int):
+        return None
+    pid = start["pid"]
+    if runner.proc_start_time(pid) != start.get("proc_start"):
+        return None
+    return int(pid)

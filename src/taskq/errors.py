@@ -1,0 +1,56 @@
+"""The one exception family of taskq; each error carries its exit status.
+
+The core raises these and never prints or exits. The CLI turns them into a
+one-line message and an exit status in exactly one place. The statuses are a
+public table, documented in taskq(1).
+"""
+
+from __future__ import annotations
+
+EX_OK = 0
+EX_FAILURE = 1  # a generic failure, e.g. the spool is unusable
+EX_USAGE = 2  # bad arguments or input (click uses 2 for usage errors too)
+EX_NOTFOUND = 3  # no task with that id
+EX_CONFLICT = 4  # the task is in a state that does not allow the request
+EX_TEMPFAIL = 75  # retrying later can succeed (disk full, spool busy)
+EX_NOPERM = 77  # permission denied on the spool
+
+
+class TaskqError(Exception):
+    """A failure that the CLI reports as one line and an exit status."""
+
+    exit_status = EX_FAILURE
+
+
+class BadInput(TaskqError):
+    """The request itself is wrong: a bad time, duration, id or command."""
+
+    exit_status = EX_USAGE
+
+
+class NotFound(TaskqError):
+    """No task with the given id exists in the spool."""
+
+    exit_status = EX_NOTFOUND
+
+
+class Conflict(TaskqError):
+    """The task exists but its state does not allow the request."""
+
+    exit_status = EX_CONFLICT
+
+
+class TempFail(TaskqError):
+    """A transient failure (disk full, read-only spool): retry later."""
+
+    exit_status = EX_TEMPFAIL
+
+
+class NoPermission(TaskqError):
+    """The spool or one of its files may not be read or written by us."""
+
+    exit_status = EX_NOPERM
+
+
+class CorruptFile(TaskqError):
+    """A spool file that cannot be parsed; the caller quarantines it."""

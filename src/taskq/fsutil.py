@@ -1,0 +1,136 @@
+"""Filesystem primitives: durable create, no-clobber rename, fsync, safe open.
+
+Everything that makes a spool transition atomic or durable lives here, so the
+rest of taskq reads as a state machine. Paths are str; errors are OSError
+except where a spool file is judged corrupt (CorruptFile).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+
+from taskq.errors import CorruptFile, NoPermission, TaskqError, TempFail
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None)
+_syncfs = getattr(_libc, "syncfs", None)
+_TEMPORARY = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EAGAIN, errno.EIO, errno.EBUSY}
+
+
+def rename_noreplace(src: str, dst: str) -> None:
+    """Rename src to dst atomically, failing with FileExistsError if dst exists.
+
+    FileNotFoundError means src is gone: someone else moved it first, which is
+    how a lost race shows itself in the spool's compare-and-swap transitions.
+    """
+    if _renameat2 is not None:
+        rc = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(err, os.strerror(err), src, None, dst)
+    # Filesystems without RENAME_NOREPLACE: link() refuses an existing name.
+    os.link(src, dst, follow_symlinks=False)
+    os.unlink(src)
+
+
+def fsync_dir(path: str) -> None:
+    """Make the entries of a directory (creations, renames) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def syncfs(path: str) -> None:
+    """Flush the whole filesystem holding path: one call commits a batch."""
+    if _syncfs is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+    finally:
+        os.close(fd)
+
+
+def write_new(path: str, data: bytes, mode: int = 0o600, sync: bool = True) -> None:
+    """Create path exclusively, write data and (by default) fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if sync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(path)
+        raise
+    os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def read_spool_file(path: str, limit: int) -> bytes:
+    """Read a spool file, refusing symlinks, hard-linked and oversized files."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CorruptFile("is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CorruptFile("not a regular file")
+        if st.st_nlink != 1:
+            raise CorruptFile(f"has {st.st_nlink} hard links")
+        if st.st_size > limit:
+            raise CorruptFile(f"too large ({st.st_size} bytes, limit {limit})")
+        return os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(path: str, mode: int = 0o700) -> bool:
+    """Create a directory if missing; return True if this call created it."""
+    try:
+        os.mkdir(path, mode)
+        return True
+    except FileExistsError:
+        if os.path.islink(path) or not os.path.isdir(path):
+            raise CorruptFile(f"{path} exists and is not a directory") from None
+        return False
+
+
+def listdir(path: str) -> list[str]:
+    """List a directory, sorted; a missing directory is empty."""
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+
+
+def as_taskq_error(e: OSError, what: str) -> TaskqError:
+    """Classify an OSError: transient (exit 75), permission, or plain failure."""
+    reason = e.strerror or str(e)
+    if e.errno in _TEMPORARY:
+        return TempFail(f"{what}: {reason}")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return NoPermission(f"{what}: {reason}")
+    return TaskqError(f"{what}: {reason}")

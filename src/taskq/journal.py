@@ -1,0 +1,56 @@
+"""The per-task attempt journal: append-only JSON lines in logs/<id>/journal.
+
+History never goes into the task body: every claim, start, end, retry,
+recovery and cancellation is one line here. Readers tolerate a torn last
+line (a crash mid-append) by skipping what does not parse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from taskq.timespec import format_iso
+
+JOURNAL = "journal"
+
+
+def append(log_dir: str, event: str, now: int, **fields: Any) -> None:
+    """Append one record; creates the task's log directory if needed."""
+    record = {"event": event, "time": format_iso(now), **fields}
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    try:
+        fd = os.open(_path(log_dir), _FLAGS, 0o600)
+    except FileNotFoundError:
+        os.makedirs(log_dir, mode=0o700, exist_ok=True)
+        fd = os.open(_path(log_dir), _FLAGS, 0o600)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def read(log_dir: str) -> list[dict[str, Any]]:
+    """Return every well-formed record, oldest first; [] if there is none."""
+    try:
+        with open(_path(log_dir), "rb") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("event"), str):
+            records.append(record)
+    return records
+
+
+def _path(log_dir: str) -> str:
+    return os.path.join(log_dir, JOURNAL)

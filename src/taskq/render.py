@@ -1,0 +1,93 @@
+"""Turn spool lookups into what the CLI prints: tables and JSON objects."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from taskq.spool import Located
+from taskq.task import TaskBody
+from taskq.timespec import SECOND, format_duration, format_iso, parse_when
+
+
+def summary(found: Located, body: TaskBody | None) -> dict[str, Any]:
+    """The ls --json object of a task (show --json adds more)."""
+    return {
+        "id": found.name.id,
+        "state": found.state,
+        "run_at": format_iso(found.name.run_at),
+        "attempt": found.name.attempt,
+        "queue": body.queue if body else None,
+        "command": body.argv if body else None,
+    }
+
+
+def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The show --json object: the summary, the body's fields and the journal."""
+    doc = summary(found, body)
+    doc.update(
+        original_run_at=format_iso(body.run_at),
+        submitted_at=format_iso(body.submitted_at),
+        cwd=body.cwd,
+        env=body.env,
+        key=body.key,
+        max_attempts=body.max_attempts,
+        timeout=None if body.timeout is None else body.timeout / SECOND,
+        expires=None if body.expires is None else body.expires / SECOND,
+        stdin_bytes=None if body.stdin is None else len(body.stdin),
+        expired=any(r["event"] == "expired" for r in records),
+        path=found.path,
+        attempts=records,
+    )
+    if found.claim is not None:
+        doc["owner"] = found.claim.owner
+        doc["lease_expiry"] = format_iso(found.claim.expiry)
+    return doc
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """An aligned table like atq's: id, state, run_at, attempt, queue, command."""
+    header = ("ID", "STATE", "RUN_AT", "TRY", "QUEUE", "COMMAND")
+    lines = [header]
+    for r in rows:
+        command = shlex.join(r["command"]) if r["command"] else "?"
+        run_at = r["run_at"][:23] + "Z"
+        lines.append((r["id"], r["state"], run_at, str(r["attempt"]), r["queue"] or "?", command))
+    widths = [max(len(line[i]) for line in lines) for i in range(5)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line[:5], widths, strict=True)) + "  " + line[5]
+        for line in lines
+    )
+
+
+def describe(doc: dict[str, Any]) -> str:
+    """The human form of show: fields, then one line per journal record."""
+    state = doc["state"] + (" (expired)" if doc["expired"] else "")
+    fields = [
+        ("id", doc["id"]),
+        ("state", state),
+        ("command", shlex.join(doc["command"])),
+        ("run_at", doc["run_at"]),
+        ("submitted", doc["submitted_at"]),
+        ("queue", doc["queue"]),
+        ("attempt", f"{doc['attempt']} of {doc['max_attempts']}"),
+        ("cwd", doc["cwd"]),
+    ]
+    for opt in ("key", "timeout", "expires", "owner", "lease_expiry"):
+        if doc.get(opt) is not None:
+            fields.append((opt, str(doc[opt])))
+    out = [f"{k + ':':<11}{v}" for k, v in fields]
+    out.extend(_journal_line(r) for r in doc["attempts"])
+    return "\n".join(out)
+
+
+def _journal_line(r: dict[str, Any]) -> str:
+    extra = {k: v for k, v in r.items() if k not in ("event", "time", "attempt")}
+    if r["event"] == "start" and isinstance(r.get("lateness"), int | float):
+        extra["lateness"] = format_duration(round(r["lateness"] * SECOND))
+    details = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
+    return f"  {r['time']}  #{r.get('attempt', '-')} {r['event']} {details}".rstrip()
+
+
+def age(instant_iso: str, now: int) -> str:
+    return format_duration(now - parse_when(instant_iso, now))

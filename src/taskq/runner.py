@@ -1,0 +1,154 @@
+"""Start one attempt: a supervised child in its own session, output to logs/.
+
+Each attempt runs under a minimal sh supervisor in a new session (so the
+whole process group can be signalled). The supervisor holds an flock()ed
+status file open on fd 3 while the command runs and writes the command's
+exit status into it when it ends. The lock and the status outlive the
+daemon: a restarted daemon can tell a live orphan (the lock is held) from a
+finished one (status written) from a lost one (neither), and so never runs
+an attempt twice merely because the daemon crashed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pwd
+import signal
+from dataclasses import dataclass
+
+from taskq.task import TaskBody, TaskName
+from taskq.timespec import format_iso
+
+# $1 is the working directory; the rest is the command. The command does not
+# inherit fd 3, so only the supervisor holds the status lock.
+SUPERVISOR = (
+    'cd -- "$1" || { echo 126 >&3; exit 126; }; shift; "$@" 3>&-; s=$?; echo $s >&3; exit $s'
+)
+SH = "/bin/sh"
+
+
+def out_path(log_dir: str, attempt: int) -> str:
+    return os.path.join(log_dir, f"{attempt}.out")
+
+
+def status_path(log_dir: str, attempt: int) -> str:
+    return os.path.join(log_dir, f"{attempt}.status")
+
+
+@dataclass
+class Spawned:
+    """A started attempt: the supervisor's pid (also its process group)."""
+
+    pid: int
+    proc_start: int | None
+
+
+def task_env(body: TaskBody, name: TaskName, spool_root: str) -> dict[str, str]:
+    """The child's environment: the body's env, identity, and TASKQ_* facts."""
+    env = dict(body.env)
+    try:
+        pw = pwd.getpwuid(os.getuid())
+        ident = {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name}
+    except KeyError:
+        ident = {}
+    for k, v in {**ident, "SHELL": SH}.items():
+        env.setdefault(k, v)
+    env.update(
+        TASKQ_ID=body.id,
+        TASKQ_ATTEMPT=str(name.attempt),
+        TASKQ_RUN_AT=format_iso(name.run_at),
+        TASKQ_QUEUE=body.queue,
+        TASKQ_SPOOL=spool_root,
+    )
+    return env
+
+
+def spawn(body: TaskBody, name: TaskName, log_dir: str, env: dict[str, str]) -> Spawned:
+    """Start the attempt; the status file is locked before the child exists."""
+    os.makedirs(log_dir, mode=0o700, exist_ok=True)
+    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    status_fd = os.open(status_path(log_dir, name.attempt), flags | os.O_RDWR | os.O_TRUNC, 0o600)
+    out_fd = os.open(out_path(log_dir, name.attempt), flags | os.O_WRONLY | os.O_APPEND, 0o600)
+    in_fd = _stdin_fd(body.stdin)
+    try:
+        fcntl.flock(status_fd, fcntl.LOCK_EX)
+        pid = os.posix_spawn(
+            SH,
+            [SH, "-c", SUPERVISOR, "taskq-attempt", body.cwd, *body.argv],
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, in_fd, 0),
+                (os.POSIX_SPAWN_DUP2, out_fd, 1),
+                (os.POSIX_SPAWN_DUP2, out_fd, 2),
+                (os.POSIX_SPAWN_DUP2, status_fd, 3),
+            ],
+            setsid=True,
+            setsigdef=(
+                signal.SIGPIPE,
+                signal.SIGINT,
+                signal.SIGTERM,
+                signal.SIGHUP,
+                signal.SIGCHLD,
+            ),
+        )
+    finally:
+        for fd in (status_fd, out_fd, in_fd):
+            os.close(fd)
+    return Spawned(pid, proc_start_time(pid))
+
+
+def _stdin_fd(data: bytes | None) -> int:
+    """An fd reading the payload from its start, or /dev/null."""
+    if data is None:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.memfd_create("taskq-stdin", os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (guards pid reuse)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses; fields follow the last ')'.
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
+
+
+def kill_group(pid: int, sig: int) -> None:
+    """Signal an attempt's whole process group; a vanished group is fine."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def supervisor_alive(log_dir: str, attempt: int) -> bool:
+    """Tell whether an attempt's supervisor still runs (holds the status lock)."""
+    try:
+        fd = os.open(status_path(log_dir, attempt), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def read_status(log_dir: str, attempt: int) -> int | None:
+    """The exit status the supervisor recorded, or None if it recorded none."""
+    try:
+        with open(status_path(log_dir, attempt), "rb") as f:
+            text = f.read(16).strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None

@@ -1,0 +1,183 @@
+"""The spool's layout and lookups: where each state lives and finding tasks.
+
+The directory is the state, the name is the index, the body is the request.
+This module owns the paths, creating the layout, locating a task by id,
+listing tasks, reading bodies and quarantining what cannot be parsed. The
+transitions between states live in transitions.py; submission in submit.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from taskq import fsutil
+from taskq.errors import CorruptFile, NotFound
+from taskq.task import MAX_BODY, ClaimName, TaskBody, TaskName, check_id, valid_bucket
+from taskq.timespec import format_compact
+
+SUBDIRS = (
+    "tmp",
+    "pending",
+    "claimed",
+    "done",
+    "failed",
+    "cancelled",
+    "corrupt",
+    "logs",
+    "keys",
+    "run",
+)
+STATES = ("pending", "claimed", "running", "done", "failed", "cancelled")
+END_STATES = ("done", "failed", "cancelled")
+DOORBELL = "doorbell"
+
+
+@dataclass(frozen=True)
+class Located:
+    """A task found in the spool: its state, file path and parsed name."""
+
+    state: str
+    path: str
+    name: TaskName
+    claim: ClaimName | None = None
+
+
+class Spool:
+    """A spool directory: the durable record of every task."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        for sub in SUBDIRS:
+            setattr(self, sub, os.path.join(self.root, sub))
+        self.doorbell = os.path.join(self.root, DOORBELL)
+
+    tmp: str
+    pending: str
+    claimed: str
+    done: str
+    failed: str
+    cancelled: str
+    corrupt: str
+    logs: str
+    keys: str
+    run: str
+
+    def init(self) -> None:
+        """Create the layout (idempotent), with permissions for one owner."""
+        os.makedirs(os.path.dirname(self.root), exist_ok=True)
+        created = fsutil.ensure_dir(self.root, 0o700)
+        for sub in SUBDIRS:
+            fsutil.ensure_dir(os.path.join(self.root, sub), 0o700)
+        if not os.path.exists(self.doorbell):
+            with open(self.doorbell, "ab"):
+                pass
+        if created:
+            fsutil.fsync_dir(self.root)
+            fsutil.fsync_dir(os.path.dirname(self.root))
+
+    def bucket_dir(self, bucket: str) -> str:
+        return os.path.join(self.pending, bucket)
+
+    def log_dir(self, task_id: str) -> str:
+        return os.path.join(self.logs, check_id(task_id))
+
+    def ring(self) -> None:
+        """Wake daemons watching the doorbell; best effort, never fails a caller."""
+        try:
+            os.utime(self.doorbell)
+        except FileNotFoundError:
+            try:
+                with open(self.doorbell, "ab"):
+                    pass
+            except OSError:
+                pass
+        except OSError:
+            pass
+
+    def read_body(self, path: str) -> TaskBody:
+        """Read and validate a task body; CorruptFile says why it is bad."""
+        body = TaskBody.from_json(fsutil.read_spool_file(path, MAX_BODY))
+        return body
+
+    # -- lookup ---------------------------------------------------------
+
+    def buckets(self) -> list[str]:
+        """The pending buckets, oldest first (other names are ignored here)."""
+        return [b for b in fsutil.listdir(self.pending) if valid_bucket(b)]
+
+    def iter_state(self, state: str) -> Iterator[Located]:
+        """Yield the tasks in one state; names that do not parse are skipped."""
+        if state == "pending":
+            for bucket in self.buckets():
+                yield from self._iter_flat("pending", self.bucket_dir(bucket))
+        elif state in ("claimed", "running"):
+            yield from self._iter_claimed(state)
+        elif state == "done":
+            for day in fsutil.listdir(self.done):
+                yield from self._iter_flat("done", os.path.join(self.done, day))
+        else:
+            yield from self._iter_flat(state, getattr(self, state))
+
+    def _iter_flat(self, state: str, directory: str) -> Iterator[Located]:
+        for entry in fsutil.listdir(directory):
+            try:
+                name = TaskName.parse(entry)
+            except ValueError:
+                continue
+            yield Located(state, os.path.join(directory, entry), name)
+
+    def _iter_claimed(self, state: str) -> Iterator[Located]:
+        phase = "started" if state == "running" else "claimed"
+        for entry in fsutil.listdir(self.claimed):
+            try:
+                claim = ClaimName.parse(entry)
+            except ValueError:
+                continue
+            if claim.phase == phase:
+                yield Located(state, os.path.join(self.claimed, entry), claim.task, claim)
+
+    def iter_all(self) -> Iterator[Located]:
+        """Yield every task in every state."""
+        for state in STATES:
+            yield from self.iter_state(state)
+
+    def locate(self, task_id: str) -> Located:
+        """Find a task by id in any state; raise NotFound if it is nowhere.
+
+        A task may move while we look; searching the states in the order
+        tasks move through them, then once more, finds it unless it is
+        moving back and forth faster than we list.
+        """
+        task_id = check_id(task_id)
+        for _ in range(2):
+            for state in ("pending", "claimed", "running", "done", "failed", "cancelled"):
+                for found in self.iter_state(state):
+                    if found.name.id == task_id:
+                        return found
+        raise NotFound(f"no task {task_id} in {self.root}")
+
+    # -- quarantine -----------------------------------------------------
+
+    def quarantine(self, path: str, reason: str, now: int) -> str | None:
+        """Move a bad file to corrupt/ with a .reason file beside it.
+
+        Returns the new path, or None when the file was already gone (another
+        process moved it first).
+        """
+        base = f"{format_compact(now)}_{os.path.basename(path)}"[:200]
+        for n in range(100):
+            dest = os.path.join(self.corrupt, base if n == 0 else f"{base}.{n}")
+            try:
+                fsutil.rename_noreplace(path, dest)
+            except FileExistsError:
+                continue
+            except FileNotFoundError:
+                return None
+            origin = os.path.relpath(path, self.root)
+            with open(dest + ".reason", "w") as f:
+                f.write(f"{origin}: {reason}\n")
+            fsutil.fsync_dir(self.corrupt)
+            return dest
+        raise CorruptFile(f"cannot quarantine {path}: too many clashing names")

@@ -1,0 +1,139 @@
+"""Durable submission: a task is accepted only once its file is on disk.
+
+Write the body in tmp/, fsync it, rename it into its pending bucket without
+clobbering, fsync the bucket and pending/ itself; only then is the id given
+out. With an idempotency key, a key file (created by link(), which refuses
+an existing name) binds the key to the first task's id before that task is
+published, so the key never names a task that cannot appear.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from taskq import fsutil
+from taskq.spool import Spool
+from taskq.task import TaskBody, TaskName
+
+_PUBLISH_TRIES = 50
+
+
+def submit(spool: Spool, body: TaskBody) -> tuple[str, bool]:
+    """Make the task durable; return (id, created). created is False on a key hit."""
+    name = TaskName(body.run_at, body.id, 1)
+    tmp = os.path.join(spool.tmp, f"{body.id}.task")
+    bound = None
+    try:
+        fsutil.write_new(tmp, body.to_json())
+        if body.key is not None:
+            existing = _bind_key(spool, body.key, name)
+            if existing is not None:
+                os.unlink(tmp)
+                return existing, False
+            bound = key_path(spool, body.key)
+        publish(spool, tmp, name)
+    except OSError as e:
+        if bound is not None:
+            _discard(bound)
+        _discard(tmp)
+        raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
+    spool.ring()
+    return body.id, True
+
+
+def publish(spool: Spool, tmp: str, name: TaskName) -> bool:
+    """Rename a durable tmp/ file into its bucket and make that durable.
+
+    Returns False when the file had already been published by someone else
+    (the rename lost with ENOENT); the bucket is made durable either way.
+    A daemon may remove an empty bucket between our mkdir and our rename,
+    so a vanished bucket is created again.
+    """
+    bucket = spool.bucket_dir(name.bucket)
+    published = False
+    for _ in range(_PUBLISH_TRIES):
+        fsutil.ensure_dir(bucket)
+        try:
+            fsutil.rename_noreplace(tmp, os.path.join(bucket, str(name)))
+            published = True
+            break
+        except FileNotFoundError:
+            if not os.path.exists(tmp):
+                break
+    else:
+        raise OSError(f"bucket {bucket} keeps vanishing")
+    fsutil.fsync_dir(bucket)
+    fsutil.fsync_dir(spool.pending)
+    return published
+
+
+def key_path(spool: Spool, key: str) -> str:
+    """The key file of an idempotency key: a hash, so any key is a safe name."""
+    return os.path.join(spool.keys, hashlib.sha256(key.encode()).hexdigest()[:40])
+
+
+def _bind_key(spool: Spool, key: str, name: TaskName) -> str | None:
+    """Bind key to this task; return the id already bound to it, if any."""
+    path = key_path(spool, key)
+    staging = os.path.join(spool.keys, f".{name.id}.tmp")
+    fsutil.write_new(staging, f"{name}\n".encode())
+    try:
+        os.link(staging, path)
+    except FileExistsError:
+        return _adopt_key(spool, path)
+    finally:
+        os.unlink(staging)
+    fsutil.fsync_dir(spool.keys)
+    return None
+
+
+def _adopt_key(spool: Spool, path: str) -> str:
+    """Return the id a key names, finishing its submission if that was cut short."""
+    with open(path) as f:
+        first = TaskName.parse(f.read().strip())
+    tmp = os.path.join(spool.tmp, f"{first.id}.task")
+    if os.path.exists(tmp):
+        # The first submitter bound the key and then stopped (or is about to
+        # publish): publishing its durable body is exactly what it would do.
+        publish(spool, tmp, first)
+    return first.id
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def clean_tmp(spool: Spool, now: int, max_age: int) -> None:
+    """Delete submissions abandoned in tmp/ (never acknowledged) and their keys."""
+    cutoff = (now - max_age) / 1e6
+    for entry in fsutil.listdir(spool.tmp):
+        path = os.path.join(spool.tmp, entry)
+        try:
+            if os.lstat(path).st_mtime > cutoff:
+                continue
+            if entry.endswith(".task"):
+                _forget_key(spool, path, entry[: -len(".task")])
+            os.unlink(path)
+        except (OSError, ValueError):
+            continue
+
+
+def _forget_key(spool: Spool, tmp: str, task_id: str) -> None:
+    """Remove the key file that names an abandoned submission, if any."""
+    try:
+        body = spool.read_body(tmp)
+    except Exception:
+        return
+    if body.key is None:
+        return
+    path = key_path(spool, body.key)
+    try:
+        with open(path) as f:
+            if TaskName.parse(f.read().strip()).id == task_id:
+                os.unlink(path)
+    except (OSError, ValueError):
+        pass

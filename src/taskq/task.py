@@ -1,0 +1,249 @@
+"""The task body and the spool's file names: parse and format, no I/O.
+
+A file's name carries what the scheduler sorts and compares without opening
+it (run_at, id, attempt and, in claimed/, the phase, lease expiry and owner);
+its body is the submitted request, immutable JSON. Every parser here rejects
+anything it did not produce, so a foreign file can be quarantined.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from taskq.errors import BadInput, CorruptFile
+from taskq.timespec import SECOND, format_compact, format_iso, parse_compact, parse_when
+
+FORMAT_VERSION = 1
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+MAX_STDIN = 1 << 20  # bytes of --stdin payload a task may carry
+MAX_BODY = 4 << 20  # a larger file in the spool is corrupt by definition
+PHASES = ("claimed", "started")
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_BUCKET = re.compile(r"\d{12}")
+_COMPACT = r"\d{8}T\d{6}\.\d{6}Z"
+_TASK_NAME = re.compile(rf"({_COMPACT})_([0-9A-HJKMNP-TV-Z]{{26}})_([1-9]\d{{0,5}})")
+_CLAIM_NAME = re.compile(
+    rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+)_(claimed|started)_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
+)
+
+
+def new_id(now_us: int) -> str:
+    """Make a ULID-style id: 48 bits of milliseconds, 80 random bits, base32."""
+    value = ((now_us // 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+def valid_id(text: str) -> bool:
+    """Tell whether text is a well-formed task id (safe to put in a path)."""
+    return _ID.fullmatch(text) is not None
+
+
+def check_id(text: str) -> str:
+    """Return a normalised task id or raise BadInput naming the problem."""
+    upper = text.strip().upper()
+    if not valid_id(upper):
+        raise BadInput(f"bad task id {text!r}: expected 26 characters of Crockford base32")
+    return upper
+
+
+def check_token(kind: str, text: str) -> str:
+    """Validate a queue name or host id: letters, digits, '.', '_', '-'; max 64."""
+    if _TOKEN.fullmatch(text) is None:
+        raise BadInput(f"bad {kind} {text!r}: use letters, digits, '.', '_' or '-' (max 64)")
+    return text
+
+
+def bucket_of(run_at: int) -> str:
+    """Name the pending bucket of an instant: its UTC minute, YYYYMMDDHHMM."""
+    return format_compact(run_at)[:8] + format_compact(run_at)[9:13]
+
+
+def valid_bucket(name: str) -> bool:
+    """Tell whether a directory name in pending/ is a bucket."""
+    return _BUCKET.fullmatch(name) is not None
+
+
+def bucket_start(name: str) -> int:
+    """The first instant of a bucket."""
+    return parse_compact(f"{name[:8]}T{name[8:12]}00.000000Z")
+
+
+def day_of(instant: int) -> str:
+    """Name the done/ directory of an instant: YYYYMMDD."""
+    return format_compact(instant)[:8]
+
+
+@dataclass(frozen=True, order=True)
+class TaskName:
+    """The name of a task file outside claimed/: run_at, id, attempt."""
+
+    run_at: int
+    id: str
+    attempt: int
+
+    def __str__(self) -> str:
+        return f"{format_compact(self.run_at)}_{self.id}_{self.attempt}"
+
+    @classmethod
+    def parse(cls, name: str) -> TaskName:
+        """Parse a task file name; raise ValueError if it is not one."""
+        m = _TASK_NAME.fullmatch(name)
+        if not m:
+            raise ValueError(f"not a task file name: {name!r}")
+        return cls(parse_compact(m.group(1)), m.group(2), int(m.group(3)))
+
+    @property
+    def bucket(self) -> str:
+        return bucket_of(self.run_at)
+
+
+@dataclass(frozen=True)
+class ClaimName:
+    """The name of a file in claimed/: the task name, phase, lease and owner."""
+
+    task: TaskName
+    phase: str  # "claimed" (not started, may still be cancelled) or "started"
+    expiry: int
+    pid: int
+    host: str
+
+    def __str__(self) -> str:
+        exp = format_compact(self.expiry)
+        return f"{self.task}_{self.phase}_{exp}_{self.pid}_{self.host}"
+
+    @classmethod
+    def parse(cls, name: str) -> ClaimName:
+        """Parse a claimed/ file name; raise ValueError if it is not one."""
+        m = _CLAIM_NAME.fullmatch(name)
+        if not m or _TOKEN.fullmatch(m.group(5)) is None:
+            raise ValueError(f"not a claim file name: {name!r}")
+        task = TaskName.parse(m.group(1))
+        return cls(task, m.group(2), parse_compact(m.group(3)), int(m.group(4)), m.group(5))
+
+    @property
+    def owner(self) -> str:
+        """The owning daemon, as named in run/: HOST_PID."""
+        return f"{self.host}_{self.pid}"
+
+    def with_(self, **changes: Any) -> ClaimName:
+        """Return a copy with some fields replaced."""
+        fields = {k: getattr(self, k) for k in ("task", "phase", "expiry", "pid", "host")}
+        fields.update(changes)
+        return ClaimName(**fields)
+
+
+@dataclass(frozen=True)
+class TaskBody:
+    """The submitted request, written once and never modified."""
+
+    id: str
+    argv: list[str]
+    run_at: int
+    submitted_at: int
+    cwd: str = "/"
+    env: dict[str, str] = field(default_factory=dict)
+    queue: str = DEFAULT_QUEUE
+    key: str | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout: int | None = None  # microseconds
+    expires: int | None = None  # microseconds after run_at
+    stdin: bytes | None = None
+
+    def to_json(self) -> bytes:
+        """Serialise to the on-disk JSON form (documented in taskq-spool(5))."""
+        doc: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "id": self.id,
+            "argv": self.argv,
+            "cwd": self.cwd,
+            "env": self.env,
+            "queue": self.queue,
+            "key": self.key,
+            "max_attempts": self.max_attempts,
+            "timeout": _secs(self.timeout),
+            "expires": _secs(self.expires),
+            "run_at": format_iso(self.run_at),
+            "submitted_at": format_iso(self.submitted_at),
+            "stdin": None if self.stdin is None else base64.b64encode(self.stdin).decode(),
+        }
+        return (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TaskBody:
+        """Parse and validate a body; raise CorruptFile with the reason."""
+        try:
+            doc = json.loads(data)
+            return cls._from_doc(doc)
+        except CorruptFile:
+            raise
+        except (ValueError, TypeError, KeyError, BadInput) as e:
+            raise CorruptFile(f"bad task body: {e}") from None
+
+    @classmethod
+    def _from_doc(cls, doc: Any) -> TaskBody:
+        if not isinstance(doc, dict):
+            raise CorruptFile("bad task body: not a JSON object")
+        if doc.get("version") != FORMAT_VERSION:
+            raise CorruptFile(f"bad task body: unknown version {doc.get('version')!r}")
+        argv = doc["argv"]
+        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+            raise CorruptFile("bad task body: argv must be a non-empty list of strings")
+        env = doc.get("env") or {}
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise CorruptFile("bad task body: env must map strings to strings")
+        stdin = doc.get("stdin")
+        return cls(
+            id=check_id(_str(doc, "id")),
+            argv=argv,
+            cwd=_str(doc, "cwd"),
+            env=env,
+            queue=check_token("queue", _str(doc, "queue")),
+            key=_opt_str(doc, "key"),
+            max_attempts=_positive_int(doc, "max_attempts"),
+            timeout=_opt_us(doc, "timeout"),
+            expires=_opt_us(doc, "expires"),
+            run_at=parse_when(_str(doc, "run_at"), 0),
+            submitted_at=parse_when(_str(doc, "submitted_at"), 0),
+            stdin=None if stdin is None else base64.b64decode(_str(doc, "stdin"), validate=True),
+        )
+
+
+def _secs(us: int | None) -> float | None:
+    return None if us is None else us / SECOND
+
+
+def _str(doc: dict[str, Any], key: str) -> str:
+    value = doc[key]
+    if not isinstance(value, str):
+        raise CorruptFile(f"bad task body: {key} must be a string")
+    return value
+
+
+def _opt_str(doc: dict[str, Any], key: str) -> str | None:
+    return None if doc.get(key) is None else _str(doc, key)
+
+
+def _positive_int(doc: dict[str, Any], key: str) -> int:
+    value = doc[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise CorruptFile(f"bad task body: {key} must be a positive integer")
+    return value
+
+
+def _opt_us(doc: dict[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise CorruptFile(f"bad task body: {key} must be a positive number of seconds")
+    return round(value * SECOND)
