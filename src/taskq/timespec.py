@@ -70,7 +70,11 @@ def parse_when(text: str, now: int) -> int:
         ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return _check_range(datetime_to_us(dt), text)
+    try:
+        us = datetime_to_us(dt)
+    except OverflowError:
+        raise BadInput(f"time {text!r} is out of range (1970 to 9999)") from None
+    return _check_range(us, text)
 
 
 def _trim_fraction(s: str) -> str:

@@ -1,0 +1,143 @@
+"""Shared fixtures: a tmp_path spool, the real taskq executable, real daemons."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BIN = Path(sys.executable).parent / "taskq"
+TASKQ = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "taskq"]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll until predicate() is truthy; fail the test with `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@dataclass
+class Taskq:
+    """Runs the real taskq executable against one spool."""
+
+    spool: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run(
+        self, *args: str, input: bytes | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[bytes]:
+        env = {**os.environ, "TASKQ_SPOOL": str(self.spool), **self.env}
+        proc = subprocess.run(
+            [*TASKQ, *args], input=input, capture_output=True, env=env, timeout=60
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"taskq {' '.join(args)} exited {proc.returncode}: {proc.stderr.decode()}"
+            )
+        return proc
+
+    def submit(self, *args: str, input: bytes | None = None) -> str:
+        return self.run("submit", *args, input=input).stdout.decode().strip()
+
+    def show(self, task_id: str) -> dict[str, Any]:
+        return json.loads(self.run("show", "--json", task_id).stdout)
+
+    def state(self, task_id: str) -> str:
+        return str(self.show(task_id)["state"])
+
+    def wait_state(
+        self, task_id: str, states: tuple[str, ...], timeout: float = 15.0
+    ) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            doc = self.show(task_id)
+            return doc if doc["state"] in states else None
+
+        return wait_for(reached, timeout, f"task {task_id} to reach {states}")  # type: ignore[no-any-return]
+
+
+class Daemon:
+    """A real `taskq daemon` subprocess, its stderr in a file."""
+
+    def __init__(self, tq: Taskq, log: Path, *args: str) -> None:
+        self.log = log
+        env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), **tq.env}
+        self._logf = open(log, "wb")
+        self.proc = subprocess.Popen([*TASKQ, "daemon", *args], stderr=self._logf, env=env)
+        wait_for(
+            lambda: b"started on" in log.read_bytes() or self.proc.poll() is not None,
+            15,
+            "the daemon to start",
+        )
+        assert self.proc.poll() is None, log.read_text()
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._logf.close()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self._logf.close()
+
+
+@pytest.fixture
+def tq(tmp_path: Path) -> Taskq:
+    return Taskq(tmp_path / "spool")
+
+
+@pytest.fixture
+def start_daemon(tq: Taskq, tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    started: list[Daemon] = []
+
+    def start(*args: str) -> Daemon:
+        d = Daemon(tq, tmp_path / f"daemon{len(started)}.log", "--host-id", "testhost", *args)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        if d.proc.poll() is None:
+            d.kill()
+
+
+@pytest.fixture
+def stamps(tmp_path: Path) -> Path:
+    """A file tasks append 'TASKQ_ID EPOCH' lines to, with real time from date."""
+    return tmp_path / "stamps"
+
+
+def stamp_cmd(stamps: Path, extra: str = "") -> list[str]:
+    """A command that records its start: the task id and the epoch with nanoseconds."""
+    return ["sh", "-c", f'echo "$TASKQ_ID $TASKQ_ATTEMPT $(date +%s.%N)" >> {stamps}{extra}']
+
+
+def read_stamps(stamps: Path) -> list[tuple[str, int, float]]:
+    if not stamps.exists():
+        return []
+    rows = []
+    for line in stamps.read_text().splitlines():
+        task_id, attempt, when = line.split()
+        rows.append((task_id, int(attempt), float(when)))
+    return rows

@@ -1,0 +1,143 @@
+"""kill -9 of the daemon at any moment: nothing accepted is lost, nothing runs twice
+unless an attempt was lost in flight, and the journal says so."""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+
+StartDaemon = Callable[..., Daemon]
+
+
+def events(doc: dict, name: str) -> list[dict]:
+    return [r for r in doc["attempts"] if r["event"] == name]
+
+
+def all_in(tq: Taskq, ids: list[str], states: tuple[str, ...]) -> bool:
+    return all(tq.state(i) in states for i in ids)
+
+
+def test_running_children_are_adopted_not_rerun(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    first = start_daemon()
+    ids = [tq.submit("--", *stamp_cmd(stamps, "; sleep 1.5")) for _ in range(3)]
+    wait_for(lambda: len(read_stamps(stamps)) == 3, 10, "three tasks to start")
+    first.kill()
+    start_daemon()
+    for task_id in ids:
+        doc = tq.wait_state(task_id, ("done",))
+        assert len(events(doc, "start")) == 1
+        assert events(doc, "adopted") and events(doc, "end")[0]["exit_status"] == 0
+    assert sorted(r[0] for r in read_stamps(stamps)) == sorted(ids)
+
+
+def test_attempt_that_ended_while_no_daemon_ran(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    first = start_daemon()
+    task_id = tq.submit("--", *stamp_cmd(stamps, "; sleep 0.3; exit 5"))
+    wait_for(lambda: read_stamps(stamps), 10, "the task to start")
+    first.kill()
+    status = tq.spool / "logs" / task_id / "1.status"
+    wait_for(lambda: status.read_text().strip() == "5", 10, "the supervisor to record a status")
+    start_daemon("--retry-delay", "0.1s")
+    doc = tq.wait_state(task_id, ("done", "failed"), timeout=20)
+    ends = events(doc, "end")
+    assert ends[0]["exit_status"] == 5 and "no daemon watched" in ends[0]["notes"][0]
+    # exit 5 is a failure: retried as attempt 2 and so on, each attempt once.
+    assert [r[1] for r in read_stamps(stamps)] == [e["attempt"] for e in ends]
+
+
+def test_lost_attempt_is_recorded_and_retried(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    first = start_daemon()
+    task_id = tq.submit("--", *stamp_cmd(stamps, "; sleep 30"))
+    wait_for(lambda: read_stamps(stamps), 10, "the task to start")
+    pid = [r for r in tq.show(task_id)["attempts"] if r["event"] == "start"][0]["pid"]
+    first.kill()
+    os.killpg(pid, signal.SIGKILL)  # the host lost the attempt too: no status recorded
+    start_daemon()
+    wait_for(lambda: len(read_stamps(stamps)) == 2, 10, "the retry to start")
+    doc = tq.show(task_id)
+    [lost] = [e for e in events(doc, "end") if e.get("lost")]
+    assert lost["attempt"] == 1 and "may have run in part" in lost["notes"][0]
+    assert events(doc, "retry")[0]["next_attempt"] == 2
+    tq.run("cancel", task_id, check=False)  # running: refused, it just ends with the test
+
+
+def test_sigterm_waits_for_children_then_exits_zero(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    daemon = start_daemon("--shutdown-grace", "20s")
+    task_id = tq.submit("--", *stamp_cmd(stamps, "; sleep 0.5"))
+    wait_for(lambda: read_stamps(stamps), 10, "the task to start")
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert tq.state(task_id) == "done"
+    assert not list((tq.spool / "run").iterdir())
+
+
+def test_shutdown_grace_leaves_attempts_for_the_next_daemon(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    daemon = start_daemon("--shutdown-grace", "0.2s")
+    later = tq.submit("--in", "3s", "--", *stamp_cmd(stamps))
+    task_id = tq.submit("--", *stamp_cmd(stamps, "; sleep 2"))
+    wait_for(lambda: read_stamps(stamps), 10, "the task to start")
+    began = time.monotonic()
+    assert daemon.stop(signal.SIGINT) == 0
+    assert time.monotonic() - began < 5
+    assert tq.state(task_id) == "running" and tq.state(later) == "pending"
+    start_daemon()
+    tq.wait_state(task_id, ("done",))
+    tq.wait_state(later, ("done",))
+    assert sorted(r[0] for r in read_stamps(stamps)) == sorted([task_id, later])
+
+
+def test_surviving_daemon_recovers_a_dead_neighbour(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    victim = start_daemon()
+    ids = [tq.submit("--", *stamp_cmd(stamps, "; sleep 1")) for _ in range(2)]
+    wait_for(lambda: len(read_stamps(stamps)) == 2, 10, "both tasks to start")
+    start_daemon("--rescan", "0.5s")
+    victim.kill()
+    for task_id in ids:
+        doc = tq.wait_state(task_id, ("done",))
+        assert events(doc, "adopted")
+    assert len(read_stamps(stamps)) == 2
+
+
+def test_kill_9_at_random_moments_loses_nothing(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    rng = random.Random(int(os.environ.get("TASKQ_TEST_SEED", "1")))
+    ids = [
+        tq.submit(
+            "--in",
+            f"{rng.uniform(0, 3):.3f}s",
+            "--",
+            *stamp_cmd(stamps, f"; sleep {rng.uniform(0, 0.4):.3f}"),
+        )
+        for _ in range(40)
+    ]
+    for _ in range(6):
+        daemon = start_daemon("--workers", "6", "--retry-delay", "0.1s")
+        time.sleep(rng.uniform(0.05, 0.6))  # a random crash point, not a wait for a result
+        daemon.kill()
+    start_daemon("--workers", "6", "--retry-delay", "0.1s")
+    wait_for(lambda: all_in(tq, ids, ("done",)), 60, "every task to finish")
+    runs = collections.Counter(r[0] for r in read_stamps(stamps))
+    for task_id in ids:
+        doc = tq.show(task_id)
+        lost = [e for e in events(doc, "end") if e.get("lost")]
+        assert 1 <= runs[task_id] <= 1 + len(lost), (task_id, doc["attempts"])
+    assert list((tq.spool / "claimed").iterdir()) == []

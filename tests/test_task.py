@@ -1,0 +1,145 @@
+"""Names and bodies: round trips, ordering, and rejection of foreign input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from taskq.errors import BadInput, CorruptFile
+from taskq.task import (
+    ClaimName,
+    TaskBody,
+    TaskName,
+    bucket_of,
+    bucket_start,
+    check_id,
+    new_id,
+    valid_id,
+)
+from taskq.timespec import MINUTE, SECOND
+
+instants = st.integers(min_value=0, max_value=253402300799 * SECOND)
+ids = st.builds(new_id, st.integers(min_value=0, max_value=2**47 * 1000))
+attempts = st.integers(min_value=1, max_value=999999)
+hosts = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", fullmatch=True)
+
+
+@given(instants, ids, attempts)
+def test_task_name_round_trip(run_at: int, task_id: str, attempt: int) -> None:
+    name = TaskName(run_at, task_id, attempt)
+    assert TaskName.parse(str(name)) == name
+
+
+@given(
+    instants,
+    ids,
+    attempts,
+    st.sampled_from(["claimed", "started"]),
+    instants,
+    st.integers(min_value=1, max_value=2**31),
+    hosts,
+)
+def test_claim_name_round_trip(
+    run_at: int, task_id: str, attempt: int, phase: str, expiry: int, pid: int, host: str
+) -> None:
+    claim = ClaimName(TaskName(run_at, task_id, attempt), phase, expiry, pid, host)
+    assert ClaimName.parse(str(claim)) == claim
+
+
+@given(instants, instants, ids, ids)
+def test_name_order_is_dispatch_order(a: int, b: int, id_a: str, id_b: str) -> None:
+    na, nb = TaskName(a, id_a, 1), TaskName(b, id_b, 1)
+    assert (str(na) < str(nb)) == ((a, id_a) < (b, id_b))
+
+
+@given(instants)
+def test_bucket_holds_its_instant(us: int) -> None:
+    start = bucket_start(bucket_of(us))
+    assert start <= us < start + MINUTE
+
+
+def test_ids_are_ordered_by_time_and_unique() -> None:
+    a, b = new_id(1_000_000_000), new_id(1_001_000_000)
+    assert a < b
+    assert len({new_id(5) for _ in range(1000)}) == 1000
+    assert valid_id(a) and check_id(a.lower()) == a
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "../../etc/passwd", "0" * 25, "I" * 26, "0" * 27, "0" * 25 + "/"]
+)
+def test_bad_ids_are_refused(bad: str) -> None:
+    with pytest.raises(BadInput):
+        check_id(bad)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "x",
+        "20261201T090000.000000Z_" + "0" * 26,
+        "20261201T090000.000000Z_" + "0" * 26 + "_0",
+        "20261201T090000.000000Z_" + "0" * 26 + "_1.tmp",
+        "20261201T090000Z_" + "0" * 26 + "_1",
+    ],
+)
+def test_foreign_names_are_refused(name: str) -> None:
+    with pytest.raises(ValueError):
+        TaskName.parse(name)
+
+
+body_strategy = st.builds(
+    TaskBody,
+    id=ids,
+    argv=st.lists(st.text(min_size=1), min_size=1, max_size=5),
+    run_at=instants,
+    submitted_at=instants,
+    cwd=st.text(min_size=1),
+    env=st.dictionaries(st.from_regex(r"[A-Z_]{1,8}", fullmatch=True), st.text()),
+    queue=st.from_regex(r"[a-z][a-z0-9_-]{0,10}", fullmatch=True),
+    key=st.none() | st.text(),
+    max_attempts=st.integers(min_value=1, max_value=100),
+    timeout=st.none() | st.integers(min_value=1, max_value=10**12),
+    expires=st.none() | st.integers(min_value=1, max_value=10**12),
+    stdin=st.none() | st.binary(max_size=256),
+)
+
+
+@given(body_strategy)
+def test_body_round_trip(body: TaskBody) -> None:
+    assert TaskBody.from_json(body.to_json()) == body
+
+
+@given(st.binary(max_size=200))
+def test_garbage_bodies_are_corrupt_not_crashes(data: bytes) -> None:
+    try:
+        TaskBody.from_json(data)
+    except CorruptFile:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("argv", []),
+        ("argv", "ls"),
+        ("argv", [1]),
+        ("max_attempts", 0),
+        ("max_attempts", True),
+        ("timeout", -1),
+        ("id", "nope"),
+        ("queue", "../x"),
+        ("run_at", 5),
+        ("version", 2),
+        ("stdin", "!!!"),
+        ("env", {"A": 1}),
+    ],
+)
+def test_wrong_field_types_are_corrupt(field: str, value: object) -> None:
+    doc = json.loads(TaskBody(new_id(0), ["true"], 0, 0).to_json())
+    doc[field] = value
+    with pytest.raises(CorruptFile):
+        TaskBody.from_json(json.dumps(doc).encode())
