@@ -300,8 +300,7 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     from taskq.render import describe, detail
 
     spool = _spool(ctx)
-    found = spool.locate(task_id)
-    body = spool.read_body(found.path)
+    found, body = spool.load(task_id)
     doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))
     click.echo(json.dumps(doc, indent=1) if as_json else describe(doc))
 

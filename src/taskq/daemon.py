@@ -33,6 +33,11 @@ from taskq.transitions import Owner
 
 log = logging.getLogger("taskq")
 
+# Claim, mark started and commit this far ahead of a task's start, so that at
+# the instant itself only the spawn remains: lateness is the spawn's cost,
+# not the claim's fsync. A cancel in this last moment is refused as running.
+PREPARE_LEAD = 20 * MS
+
 
 @dataclass
 class Config:
@@ -204,7 +209,8 @@ class Daemon:
             deadlines.append(self.last_rescan + self.cfg.rescan / SECOND)
             nxt = self.index.next_run_at()
             if nxt is not None and self._free_slots() > 0:
-                wait = (self.clock.earliest_start(nxt) - self.clock.now()) / SECOND
+                prepare_at = self.clock.earliest_start(nxt) - PREPARE_LEAD
+                wait = (prepare_at - self.clock.now()) / SECOND
                 deadlines.append(mono + wait)
         if self.adopted:
             deadlines.append(mono + 0.2)
@@ -247,7 +253,7 @@ class Daemon:
     def _dispatch(self, now: int) -> None:
         while self._free_slots() > 0:
             run_at = self.index.next_run_at()
-            if run_at is None or not self.clock.may_start(run_at, now):
+            if run_at is None or self.clock.earliest_start(run_at) > now + PREPARE_LEAD:
                 return
             name, path = self.index.pop()
             try:
@@ -292,7 +298,13 @@ class Daemon:
     def _start_claimed(self) -> None:
         pending, self.to_start = self.to_start, []
         for held, body in pending:
+            self._wait_until_due(held.task.run_at)
             self._spawn(held, body)
+
+    def _wait_until_due(self, run_at: int) -> None:
+        """Sleep to the exact instant a prepared task may start, never before it."""
+        while not self.clock.may_start(run_at, now := self.clock.now()):
+            time.sleep((self.clock.earliest_start(run_at) - now) / SECOND)
 
     def _spawn(self, held: ClaimName, body: TaskBody) -> None:
         log_dir = self.spool.log_dir(body.id)

@@ -158,6 +158,16 @@ class Spool:
                         return found
         raise NotFound(f"no task {task_id} in {self.root}")
 
+    def load(self, task_id: str) -> tuple[Located, TaskBody]:
+        """Locate a task and read its body, looking again if it moves meanwhile."""
+        for _ in range(10):
+            found = self.locate(task_id)
+            try:
+                return found, self.read_body(found.path)
+            except FileNotFoundError:
+                continue
+        raise NotFound(f"task {task_id} keeps moving; try again")
+
     # -- quarantine -----------------------------------------------------
 
     def quarantine(self, path: str, reason: str, now: int) -> str | None:
