@@ -76,7 +76,7 @@ class Daemon:
     def __init__(self, tq: Taskq, log: Path, *args: str) -> None:
         self.log = log
         env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), **tq.env}
-        self._logf = open(log, "wb")
+        self._logf = open(log, "wb")  # noqa: SIM115 - closed in stop() or kill()
         self.proc = subprocess.Popen([*TASKQ, "daemon", *args], stderr=self._logf, env=env)
         wait_for(
             lambda: b"started on" in log.read_bytes() or self.proc.poll() is not None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import statistics
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+
 from taskq.timespec import parse_when
 
 StartDaemon = Callable[..., Daemon]
@@ -66,7 +68,7 @@ def test_retries_with_backoff_then_dead_letter(
     doc = tq.wait_state(task_id, ("failed",), timeout=30)
     runs = read_stamps(stamps)
     assert [attempt for _, attempt, _ in runs] == [1, 2, 3]
-    gaps = [b[2] - a[2] for a, b in zip(runs, runs[1:], strict=False)]
+    gaps = [b[2] - a[2] for a, b in itertools.pairwise(runs)]
     assert gaps[0] >= 0.2 and gaps[1] >= 0.4, gaps  # jitter keeps at least half of 0.4s, 0.8s
     assert [r["exit_status"] for r in events(doc, "end")] == [3, 3, 3]
     assert len(events(doc, "retry")) == 2 and len(events(doc, "dead")) == 1

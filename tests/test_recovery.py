@@ -13,6 +13,8 @@ from pathlib import Path
 
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
+from taskq.task import ClaimName, TaskName
+
 StartDaemon = Callable[..., Daemon]
 
 
@@ -62,7 +64,7 @@ def test_lost_attempt_is_recorded_and_retried(
     first = start_daemon()
     task_id = tq.submit("--", *stamp_cmd(stamps, "; sleep 30"))
     wait_for(lambda: read_stamps(stamps), 10, "the task to start")
-    pid = [r for r in tq.show(task_id)["attempts"] if r["event"] == "start"][0]["pid"]
+    pid = events(tq.show(task_id), "start")[0]["pid"]
     first.kill()
     os.killpg(pid, signal.SIGKILL)  # the host lost the attempt too: no status recorded
     start_daemon()
@@ -141,3 +143,25 @@ def test_kill_9_at_random_moments_loses_nothing(
         lost = [e for e in events(doc, "end") if e.get("lost")]
         assert 1 <= runs[task_id] <= 1 + len(lost), (task_id, doc["attempts"])
     assert list((tq.spool / "claimed").iterdir()) == []
+
+
+def _orphan(tq: Taskq, task_id: str, phase: str) -> None:
+    """Move a pending task into claimed/ as a dead daemon on this host left it."""
+    [path] = (tq.spool / "pending").glob(f"*/*_{task_id}_1")
+    claim = ClaimName(TaskName.parse(path.name), phase, 0, 999_999_999, "testhost")
+    os.rename(path, tq.spool / "claimed" / str(claim))
+
+
+def test_claims_of_a_dead_daemon_that_never_spawned_are_released(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    claimed = tq.submit("--", *stamp_cmd(stamps))
+    started = tq.submit("--", *stamp_cmd(stamps))
+    _orphan(tq, claimed, "claimed")
+    _orphan(tq, started, "started")
+    assert tq.state(claimed) == "claimed" and tq.state(started) == "running"
+    start_daemon()
+    for task_id in (claimed, started):
+        doc = tq.wait_state(task_id, ("done",))
+        assert events(doc, "released") and doc["attempt"] == 1
+    assert sorted(r[0] for r in read_stamps(stamps)) == sorted([claimed, started])

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from conftest import TASKQ, Taskq
+
 from taskq.config import default_spool
 from taskq.task import TaskBody, TaskName, bucket_of, valid_id
 from taskq.timespec import parse_when

@@ -109,7 +109,7 @@ class Daemon:
         try:
             self._recover(self.clock.now())
             while not self._finished():
-                self._iteration()
+                self._guarded_iteration()
         finally:
             if observer is not None:
                 observer.stop()
@@ -179,6 +179,20 @@ class Daemon:
         return observer
 
     # -- the loop ---------------------------------------------------------
+
+    def _guarded_iteration(self) -> None:
+        """Run one iteration; on an I/O error, log it, pause and rebuild from the spool.
+
+        Whatever an interrupted iteration left half done is in the spool under
+        our own name, and the recovery pass that the next rescan runs settles it.
+        """
+        try:
+            self._iteration()
+        except OSError as e:
+            log.error("spool error, retrying in 1s: %s", e)
+            self.to_start.clear()
+            self.last_rescan = float("-inf")
+            time.sleep(1)
 
     def _iteration(self) -> None:
         now = self.clock.now()
@@ -420,7 +434,7 @@ class Daemon:
                 run.claim = transitions.renew(self.spool, run.claim, now + self.cfg.lease)
             except FileNotFoundError:
                 self._lease_lost(run, now)
-        self.dirty = True
+            self.dirty = True
 
     def _lease_lost(self, run: Running, now: int) -> None:
         """Our claim was taken: kill the attempt at once, the new owner runs it."""
@@ -503,6 +517,11 @@ class Daemon:
         """Watch an orphaned attempt to its end, or settle one that ended."""
         log_dir = self.spool.log_dir(body.id)
         attempt = held.task.attempt
+        if not os.path.exists(runner.status_path(log_dir, attempt)):
+            # The status file is created before the spawn: this attempt never ran.
+            self.index.push(transitions.release(self.spool, held))
+            self._note(held, "released", now, previous_owner=old.owner, reason="never spawned")
+            return
         start = _start_record(log_dir, attempt)
         pid = _live_pid(start)
         run = Running(held, body, pid, time.monotonic(), now, adopted=True)

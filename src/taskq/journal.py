@@ -8,6 +8,7 @@ line (a crash mid-append) by skipping what does not parse.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -16,19 +17,28 @@ from taskq.timespec import format_iso
 JOURNAL = "journal"
 
 
-def append(log_dir: str, event: str, now: int, **fields: Any) -> None:
-    """Append one record; creates the task's log directory if needed."""
+def append(log_dir: str, event: str, now: int, **fields: Any) -> bool:
+    """Append one record, creating the log directory if needed.
+
+    The journal is history, not state: a record that cannot be written (disk
+    full) is logged and skipped, and the caller carries on. Returns success.
+    """
     record = {"event": event, "time": format_iso(now), **fields}
     line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
     try:
-        fd = os.open(_path(log_dir), _FLAGS, 0o600)
-    except FileNotFoundError:
-        os.makedirs(log_dir, mode=0o700, exist_ok=True)
-        fd = os.open(_path(log_dir), _FLAGS, 0o600)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+        try:
+            fd = os.open(_path(log_dir), _FLAGS, 0o600)
+        except FileNotFoundError:
+            os.makedirs(log_dir, mode=0o700, exist_ok=True)
+            fd = os.open(_path(log_dir), _FLAGS, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        logging.getLogger("taskq").warning("cannot journal %s in %s: %s", event, log_dir, e)
+        return False
+    return True
 
 
 _FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
