@@ -73,11 +73,12 @@ class Taskq:
 class Daemon:
     """A real `taskq daemon` subprocess, its stderr in a file."""
 
-    def __init__(self, tq: Taskq, log: Path, *args: str) -> None:
+    def __init__(self, tq: Taskq, log: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.log = log
-        env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), **tq.env}
+        full_env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), **tq.env, **(env or {})}
         self._logf = open(log, "wb")  # noqa: SIM115 - closed in stop() or kill()
-        self.proc = subprocess.Popen([*TASKQ, "daemon", *args], stderr=self._logf, env=env)
+        argv = [*TASKQ, "daemon", *args]
+        self.proc = subprocess.Popen(argv, stderr=self._logf, env=full_env)
         wait_for(
             lambda: b"started on" in log.read_bytes() or self.proc.poll() is not None,
             15,

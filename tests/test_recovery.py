@@ -110,7 +110,7 @@ def test_surviving_daemon_recovers_a_dead_neighbour(
     victim = start_daemon()
     ids = [tq.submit("--", *stamp_cmd(stamps, "; sleep 1")) for _ in range(2)]
     wait_for(lambda: len(read_stamps(stamps)) == 2, 10, "both tasks to start")
-    start_daemon("--rescan", "0.5s")
+    start_daemon("--lease", "1.5s")
     victim.kill()
     for task_id in ids:
         doc = tq.wait_state(task_id, ("done",))

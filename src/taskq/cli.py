@@ -220,6 +220,20 @@ def _init(spool: Spool) -> None:
     help="Clock uncertainty allowed for: never start before run_at + margin.",
 )
 @click.option(
+    "--max-uncertainty",
+    default="2s",
+    show_default=True,
+    metavar="DURATION",
+    help="Stop dispatching while the clock uncertainty exceeds this.",
+)
+@click.option(
+    "--clock-check",
+    default="10s",
+    show_default=True,
+    metavar="DURATION",
+    help="How often to measure the clock against the spool filesystem's.",
+)
+@click.option(
     "--kill-grace",
     default="10s",
     show_default=True,
@@ -249,6 +263,8 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
         retry_cap=parse_duration(opts["retry_cap"]),
         rescan=_positive_duration("--rescan", opts["rescan"]) or 0,
         clock_margin=parse_duration(opts["clock_margin"]),
+        max_uncertainty=parse_duration(opts["max_uncertainty"]),
+        clock_check=_positive_duration("--clock-check", opts["clock_check"]) or 0,
         kill_grace=parse_duration(opts["kill_grace"]),
         shutdown_grace=parse_duration(opts["shutdown_grace"]),
     )
@@ -333,6 +349,26 @@ def _latest_attempt(spool: Spool, log_dir: str, task_id: str) -> int:
         spool.locate(task_id)
         raise Conflict(f"task {check_id(task_id)} has not run yet")
     return max(numbers)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show the daemons on this spool: dispatching or not, clock uncertainty, load."""
+    from taskq import status as health
+
+    records = health.read_all(_spool(ctx).run)
+    if as_json:
+        click.echo(json.dumps(records, indent=1))
+        return
+    for r in records:
+        state = "dispatching" if r.get("dispatching") else f"NOT dispatching ({r.get('reason')})"
+        click.echo(
+            f"{r.get('owner')}: {state}; clock uncertainty {r.get('uncertainty', 0):.6f}s "
+            f"(offset {r.get('offset', 0):+.6f}s, max {r.get('max_uncertainty')}s); "
+            f"{r.get('busy')}/{r.get('workers')} workers busy; updated {r.get('updated_at')}"
+        )
 
 
 # -- cancel ------------------------------------------------------------------

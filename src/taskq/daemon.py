@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskq import fsutil, journal, runner, transitions
+from taskq import fsutil, journal, runner, status, transitions
 from taskq.clock import Clock
 from taskq.dueindex import DueIndex
 from taskq.errors import CorruptFile
@@ -52,6 +52,8 @@ class Config:
     shutdown_grace: int = 10 * SECOND
     rescan: int = 30 * SECOND  # the safety-net rescan interval
     clock_margin: int = 1 * MS
+    max_uncertainty: int = 2 * SECOND  # above it, stop dispatching
+    clock_check: int = 10 * SECOND  # how often to measure the clock offset
     tmp_max_age: int = HOUR
 
 
@@ -77,7 +79,7 @@ class Daemon:
     def __init__(self, spool: Spool, config: Config, clock: Clock | None = None) -> None:
         self.spool = spool
         self.cfg = config
-        self.clock = clock or Clock(config.clock_margin)
+        self.clock = clock or Clock(config.clock_margin, config.max_uncertainty)
         self.owner = Owner(config.host_id, os.getpid())
         self.index = DueIndex(spool)
         self.children: dict[int, Running] = {}
@@ -89,6 +91,9 @@ class Daemon:
         self.rescan_wanted = True
         self.last_rescan = float("-inf")
         self.last_renew = time.monotonic()
+        self.next_clock_check = 0.0
+        self.clock_ok = True
+        self.started_at = self.clock.now()
         self.sel = selectors.DefaultSelector()
 
     # -- life cycle -------------------------------------------------------
@@ -97,6 +102,7 @@ class Daemon:
         """Run until SIGTERM/SIGINT and the shutdown grace; return an exit status."""
         self.spool.init()
         self._lock_owner()
+        self._check_clock(self.clock.now())
         self._install_wakeups()
         observer = self._watch_doorbell()
         log.info(
@@ -107,12 +113,13 @@ class Daemon:
             format_duration(self.cfg.lease),
         )
         try:
-            self._recover(self.clock.now())
+            self._scan_claims(self.clock.now())
             while not self._finished():
                 self._guarded_iteration()
         finally:
             if observer is not None:
                 observer.stop()
+            status.remove(self.spool.run, self._owner_name)
             self._unlock_owner()
         left = len(self.children) + len(self.adopted)
         log.info("taskq daemon stopped; %d attempt(s) left running for the next daemon", left)
@@ -124,8 +131,12 @@ class Daemon:
         busy = self.children or self.adopted
         return not busy or time.monotonic() >= self.stop_deadline
 
+    @property
+    def _owner_name(self) -> str:
+        return f"{self.owner.host}_{self.owner.pid}"
+
     def _lock_owner(self) -> None:
-        path = os.path.join(self.spool.run, f"{self.owner.host}_{self.owner.pid}.lock")
+        path = os.path.join(self.spool.run, f"{self._owner_name}.lock")
         self._owner_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._owner_fd, fcntl.LOCK_EX)
         self._owner_path = path
@@ -134,6 +145,61 @@ class Daemon:
         # Left-over claims stay ours until another daemon sees the lock free.
         os.unlink(self._owner_path)
         os.close(self._owner_fd)
+        try:
+            os.unlink(self._probe_path)
+        except FileNotFoundError:
+            pass
+
+    @property
+    def _probe_path(self) -> str:
+        return os.path.join(self.spool.run, f"{self._owner_name}.probe")
+
+    # -- the clock ----------------------------------------------------------
+
+    def _check_clock(self, now: int) -> None:
+        """Measure our offset from the spool's clock; stop or resume dispatching."""
+        offset = self.clock.measure(self._probe_path)
+        trusted = self.clock.trusted()
+        eps = format_duration(self.clock.uncertainty())
+        if trusted and not self.clock_ok:
+            log.warning("clock uncertainty %s is within bounds again: dispatching", eps)
+            self.rescan_wanted = True
+        elif not trusted and self.clock_ok:
+            side = "ahead of" if offset > 0 else "behind"
+            log.error(
+                "clock uncertainty %s exceeds --max-uncertainty %s (our clock is %s %s the "
+                "spool filesystem's): not dispatching until the clocks agree",
+                eps,
+                format_duration(self.cfg.max_uncertainty),
+                format_duration(abs(offset)),
+                side,
+            )
+        self.clock_ok = trusted
+        every = self.cfg.clock_check if trusted else min(self.cfg.clock_check, SECOND)
+        self.next_clock_check = time.monotonic() + every / SECOND
+        self._write_status(now)
+
+    def _write_status(self, now: int) -> None:
+        record = {
+            "owner": self._owner_name,
+            "host": self.owner.host,
+            "pid": self.owner.pid,
+            "started_at": format_iso(self.started_at),
+            "updated_at": format_iso(now),
+            "dispatching": self.clock_ok and not self.stopping,
+            "reason": None if self.clock_ok else "clock uncertainty over the maximum",
+            "stopping": self.stopping,
+            "uncertainty": self.clock.uncertainty() / SECOND,
+            "offset": self.clock.offset / SECOND,
+            "max_uncertainty": self.cfg.max_uncertainty / SECOND,
+            "workers": self.cfg.workers,
+            "busy": len(self.children) + len(self.adopted),
+            "lease": self.cfg.lease / SECOND,
+        }
+        try:
+            status.write(self.spool.run, self._owner_name, record)
+        except OSError as e:
+            log.warning("cannot write the status record: %s", e)
 
     def _install_wakeups(self) -> None:
         sig_r, sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -196,13 +262,16 @@ class Daemon:
 
     def _iteration(self) -> None:
         now = self.clock.now()
+        if time.monotonic() >= self.next_clock_check:
+            self._check_clock(now)
         self._reap(now)
         self._poll_adopted(now)
         self._enforce_timeouts()
         self._renew_leases(now)
         if not self.stopping:
             self._maybe_rescan(now)
-            self._dispatch(now)
+            if self.clock_ok:
+                self._dispatch(now)
         self._commit()
         self._start_claimed()
         self._wait(self._timeout())
@@ -216,13 +285,13 @@ class Daemon:
     def _timeout(self) -> float:
         """Seconds to sleep: until the next due task, renewal, rescan or kill."""
         mono = time.monotonic()
-        deadlines = [self.last_renew + self.cfg.lease / 3 / SECOND]
+        deadlines = [self.last_renew + self.cfg.lease / 3 / SECOND, self.next_clock_check]
         if self.stopping:
             deadlines.append(self.stop_deadline)
         else:
             deadlines.append(self.last_rescan + self.cfg.rescan / SECOND)
             nxt = self.index.next_run_at()
-            if nxt is not None and self._free_slots() > 0:
+            if nxt is not None and self._free_slots() > 0 and self.clock_ok:
                 prepare_at = self.clock.earliest_start(nxt) - PREPARE_LEAD
                 wait = (prepare_at - self.clock.now()) / SECOND
                 deadlines.append(mono + wait)
@@ -261,7 +330,6 @@ class Daemon:
         for path, reason in self.index.rescan(now):
             self._quarantine(path, reason, now)
         if safety:
-            self._recover(now)
             clean_tmp(self.spool, now, self.cfg.tmp_max_age)
 
     def _dispatch(self, now: int) -> None:
@@ -423,6 +491,7 @@ class Daemon:
     # -- leases and timeouts ----------------------------------------------
 
     def _renew_leases(self, now: int) -> None:
+        """Every third of a lease: renew ours, then look for claims to take back."""
         mono = time.monotonic()
         if mono - self.last_renew < self.cfg.lease / 3 / SECOND:
             return
@@ -435,6 +504,7 @@ class Daemon:
             except FileNotFoundError:
                 self._lease_lost(run, now)
             self.dirty = True
+        self._scan_claims(now)
 
     def _lease_lost(self, run: Running, now: int) -> None:
         """Our claim was taken: kill the attempt at once, the new owner runs it."""
@@ -464,8 +534,13 @@ class Daemon:
 
     # -- recovery ---------------------------------------------------------
 
-    def _recover(self, now: int) -> None:
-        """Take back this host's claims whose daemon is gone."""
+    def _scan_claims(self, now: int) -> None:
+        """Take back claims whose daemon is gone (this host) or whose lease expired.
+
+        A claim of this host is recovered at once when its daemon's lock in
+        run/ is free. Any claim whose lease has surely expired (by our clock,
+        with its uncertainty) is taken over, but only while we trust our clock.
+        """
         mine = {r.claim.task.id for r in [*self.children.values(), *self.adopted.values()]}
         mine.update(c.task.id for c, _ in self.to_start)
         for entry in fsutil.listdir(self.spool.claimed):
@@ -475,11 +550,14 @@ class Daemon:
             except ValueError:
                 self._quarantine(path, "not a claim file name", now)
                 continue
-            if held.host != self.owner.host or held.task.id in mine:
+            if held.task.id in mine:
                 continue
-            if held.pid != self.owner.pid and self._owner_alive(held.owner):
-                continue
-            self._recover_claim(held, now)
+            if held.host == self.owner.host and (
+                held.pid == self.owner.pid or not self._owner_alive(held.owner)
+            ):
+                self._recover_claim(held, now, "its daemon is gone")
+            elif self.clock_ok and self.clock.may_start(held.expiry, now):
+                self._recover_claim(held, now, "its lease expired")
 
     def _owner_alive(self, owner: str) -> bool:
         path = os.path.join(self.spool.run, f"{owner}.lock")
@@ -499,15 +577,17 @@ class Daemon:
             pass
         return False
 
-    def _recover_claim(self, old: ClaimName, now: int) -> None:
+    def _recover_claim(self, old: ClaimName, now: int, why: str) -> None:
         try:
             held = transitions.take_over(self.spool, old, self.owner, now + self.cfg.lease)
         except FileNotFoundError:
-            return  # another daemon recovered it first
+            return  # the owner renewed it, finished it, or another daemon was first
         self.dirty = True
+        log.info("took over %s from %s: %s", old.task.id, old.owner, why)
+        self._note(held, "taken-over", now, previous_owner=old.owner, reason=why, phase=old.phase)
         if held.phase == "claimed":
             self.index.push(transitions.release(self.spool, held))
-            self._note(held, "released", now, previous_owner=old.owner)
+            self._note(held, "released", now, reason="claimed but never started")
             return
         body = self._read_body(transitions.claim_path(self.spool, held), now)
         if body is not None:
@@ -520,7 +600,7 @@ class Daemon:
         if not os.path.exists(runner.status_path(log_dir, attempt)):
             # The status file is created before the spawn: this attempt never ran.
             self.index.push(transitions.release(self.spool, held))
-            self._note(held, "released", now, previous_owner=old.owner, reason="never spawned")
+            self._note(held, "released", now, reason="never spawned")
             return
         start = _start_record(log_dir, attempt)
         pid = _live_pid(start)
@@ -528,13 +608,21 @@ class Daemon:
         if body.timeout is not None and start is not None:
             elapsed = (now - _record_time(start)) / SECOND
             run.started_mono -= max(0.0, elapsed)
-        if runner.supervisor_alive(log_dir, attempt):
+        # The supervisor's lock is only meaningful on its own host: a lock
+        # taken over a shared filesystem proves nothing.
+        if old.host == self.owner.host and runner.supervisor_alive(log_dir, attempt):
             self.adopted[body.id] = run
             self._note(held, "adopted", now, previous_owner=old.owner, pid=pid)
             log.info("adopted running attempt %d of %s from %s", attempt, body.id, old.owner)
             return
         code = runner.read_status(log_dir, attempt)
-        if code is None:
+        if code is None and old.host != self.owner.host:
+            run.notes.append(
+                f"lost: {old.owner}'s lease expired with the attempt in flight; "
+                "it may have run in part, or still run there"
+            )
+            log.warning("attempt %d of %s was lost with %s's lease", attempt, body.id, old.owner)
+        elif code is None:
             run.notes.append("lost: in flight when its daemon died; it may have run in part")
             log.warning("attempt %d of %s was lost with its daemon", attempt, body.id)
         else:
