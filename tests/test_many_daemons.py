@@ -140,6 +140,7 @@ def test_paused_daemon_loses_its_lease_and_kills_its_child(
     assert [(r["attempt"], r["host"]) for r in starts] == [(1, "host-a"), (2, "host-b")]
     taken = events(doc, "taken-over")[0]
     assert taken["reason"] == "its lease expired" and taken["previous_owner"].startswith("host-a_")
+
     # Continued, host-a finds its renewal refused and kills attempt 1 at once.
     def lease_lost() -> bool:
         return bool(events(tq.show(task_id), "lease-lost"))
