@@ -43,7 +43,11 @@ def start_host(tq: Taskq, tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     started: list[Daemon] = []
 
     def start(host: str, *args: str, skew: str | None = None) -> Daemon:
-        env = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": skew} if skew else None
+        env = None
+        if skew is not None:
+            env = {"LD_PRELOAD": str(LIBFAKETIME)}
+            if skew:
+                env["FAKETIME"] = skew
         d = Daemon(tq, tmp_path / f"daemon-{host}.log", "--host-id", host, *args, env=env)
         started.append(d)
         return d
@@ -190,3 +194,27 @@ def test_claim_expiry_is_judged_with_uncertainty(
     doc = tq.wait_state(task_id, ("done",), timeout=15)
     taken = events(doc, "taken-over")[0]
     assert parse_when(taken["time"], 0) >= expiry
+
+
+@needs_faketime
+def test_dispatching_resumes_when_the_clocks_agree(
+    tq: Taskq, tmp_path: Path, start_host: StartDaemon
+) -> None:
+    """A clock stepped back into agreement (as NTP would) lets the daemon resume."""
+    skew = tmp_path / "skew"
+    skew.write_text("+30s\n")
+    # libfaketime steps the monotonic clock with the wall clock here (a real
+    # step would not); the daemon re-arms its timers when it sees that.
+    env = {"FAKETIME_TIMESTAMP_FILE": str(skew), "FAKETIME_NO_CACHE": "1"}
+    tq.env.update(env)
+    try:
+        daemon = start_host("stepped", "--clock-check", "0.2s", skew="")
+    finally:
+        for k in env:
+            del tq.env[k]
+    task_id = tq.submit("--", "true")
+    wait_for(lambda: "exceeds --max-uncertainty" in daemon.text(), 10, "the uncertainty report")
+    assert tq.state(task_id) == "pending"
+    skew.write_text("+0s\n")
+    tq.wait_state(task_id, ("done",), timeout=10)
+    assert "within bounds again: dispatching" in daemon.text()

@@ -426,7 +426,7 @@ def main() -> NoReturn:
         click.echo(f"taskq: {e}", err=True)
         sys.exit(e.exit_status)
     except OSError as e:
-        err = fsutil.as_taskq_error(e, e.filename or "spool")
+        err = fsutil.as_taskq_error(e, str(e.filename or "I/O error"))
         click.echo(f"taskq: {err}", err=True)
         sys.exit(err.exit_status)
     sys.exit(0)

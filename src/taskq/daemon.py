@@ -92,6 +92,7 @@ class Daemon:
         self.last_rescan = float("-inf")
         self.last_renew = time.monotonic()
         self.next_clock_check = 0.0
+        self.last_mono = time.monotonic()
         self.clock_ok = True
         self.started_at = self.clock.now()
         self.sel = selectors.DefaultSelector()
@@ -179,6 +180,20 @@ class Daemon:
         self.next_clock_check = time.monotonic() + every / SECOND
         self._write_status(now)
 
+    def _guard_monotonic(self) -> None:
+        """Re-arm every timer if the monotonic clock ever goes backwards.
+
+        It must not, but virtual machines and time-faking libraries have
+        been seen to do it; then every interval would silently stretch.
+        """
+        mono = time.monotonic()
+        if mono < self.last_mono:
+            log.warning(
+                "the monotonic clock went back %.3fs; re-arming timers", self.last_mono - mono
+            )
+            self.next_clock_check = self.last_renew = self.last_rescan = float("-inf")
+        self.last_mono = mono
+
     def _write_status(self, now: int) -> None:
         record = {
             "owner": self._owner_name,
@@ -262,6 +277,7 @@ class Daemon:
 
     def _iteration(self) -> None:
         now = self.clock.now()
+        self._guard_monotonic()
         if time.monotonic() >= self.next_clock_check:
             self._check_clock(now)
         self._reap(now)
