@@ -184,7 +184,7 @@ def test_claim_expiry_is_judged_with_uncertainty(
     from taskq.task import ClaimName, TaskName
 
     task_id = tq.submit("--", "true")
-    [path] = (tq.spool / "pending").glob(f"*/*_{task_id}_1")
+    [path] = (tq.spool / "pending").glob(f"*/*_{task_id}_1_*")
     expiry = time.time_ns() // 1000 + 4 * SECOND
     claim = ClaimName(TaskName.parse(path.name), "claimed", expiry, 12345, "elsewhere")
     os.rename(path, tq.spool / "claimed" / str(claim))

@@ -147,7 +147,7 @@ def test_kill_9_at_random_moments_loses_nothing(
 
 def _orphan(tq: Taskq, task_id: str, phase: str) -> None:
     """Move a pending task into claimed/ as a dead daemon on this host left it."""
-    [path] = (tq.spool / "pending").glob(f"*/*_{task_id}_1")
+    [path] = (tq.spool / "pending").glob(f"*/*_{task_id}_1_*")
     claim = ClaimName(TaskName.parse(path.name), phase, 0, 999_999_999, "testhost")
     os.rename(path, tq.spool / "claimed" / str(claim))
 

@@ -27,9 +27,12 @@ attempts = st.integers(min_value=1, max_value=999999)
 hosts = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", fullmatch=True)
 
 
-@given(instants, ids, attempts)
-def test_task_name_round_trip(run_at: int, task_id: str, attempt: int) -> None:
-    name = TaskName(run_at, task_id, attempt)
+queues = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9.-]{0,63}", fullmatch=True)
+
+
+@given(instants, ids, attempts, queues)
+def test_task_name_round_trip(run_at: int, task_id: str, attempt: int, queue: str) -> None:
+    name = TaskName(run_at, task_id, attempt, queue)
     assert TaskName.parse(str(name)) == name
 
 
@@ -37,15 +40,23 @@ def test_task_name_round_trip(run_at: int, task_id: str, attempt: int) -> None:
     instants,
     ids,
     attempts,
+    queues,
     st.sampled_from(["claimed", "started"]),
     instants,
     st.integers(min_value=1, max_value=2**31),
     hosts,
 )
 def test_claim_name_round_trip(
-    run_at: int, task_id: str, attempt: int, phase: str, expiry: int, pid: int, host: str
+    run_at: int,
+    task_id: str,
+    attempt: int,
+    queue: str,
+    phase: str,
+    expiry: int,
+    pid: int,
+    host: str,
 ) -> None:
-    claim = ClaimName(TaskName(run_at, task_id, attempt), phase, expiry, pid, host)
+    claim = ClaimName(TaskName(run_at, task_id, attempt, queue), phase, expiry, pid, host)
     assert ClaimName.parse(str(claim)) == claim
 
 
@@ -99,7 +110,7 @@ body_strategy = st.builds(
     submitted_at=instants,
     cwd=st.text(min_size=1),
     env=st.dictionaries(st.from_regex(r"[A-Z_]{1,8}", fullmatch=True), st.text()),
-    queue=st.from_regex(r"[a-z][a-z0-9_-]{0,10}", fullmatch=True),
+    queue=st.from_regex(r"[a-z][a-z0-9.-]{0,10}", fullmatch=True),
     key=st.none() | st.text(),
     max_attempts=st.integers(min_value=1, max_value=100),
     timeout=st.none() | st.integers(min_value=1, max_value=10**12),

@@ -28,6 +28,7 @@ from taskq.task import (
     MAX_STDIN,
     TaskBody,
     check_id,
+    check_queue,
     check_token,
     new_id,
 )
@@ -125,7 +126,7 @@ def _build_body(opts: dict[str, Any], now: int) -> TaskBody:
         submitted_at=now,
         cwd=_cwd(opts["cwd"]),
         env=_env(opts["env"]),
-        queue=check_token("queue", opts["queue"]),
+        queue=check_queue(opts["queue"]),
         key=opts["key"],
         max_attempts=opts["max_attempts"],
         timeout=_positive_duration("--timeout", opts["timeout"]),

@@ -21,7 +21,7 @@ _PUBLISH_TRIES = 50
 
 def submit(spool: Spool, body: TaskBody) -> tuple[str, bool]:
     """Make the task durable; return (id, created). created is False on a key hit."""
-    name = TaskName(body.run_at, body.id, 1)
+    name = TaskName(body.run_at, body.id, 1, body.queue)
     tmp = os.path.join(spool.tmp, f"{body.id}.task")
     bound = None
     try:

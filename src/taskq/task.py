@@ -29,11 +29,14 @@ PHASES = ("claimed", "started")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,63}")  # no '_': it separates name fields
 _BUCKET = re.compile(r"\d{12}")
 _COMPACT = r"\d{8}T\d{6}\.\d{6}Z"
-_TASK_NAME = re.compile(rf"({_COMPACT})_([0-9A-HJKMNP-TV-Z]{{26}})_([1-9]\d{{0,5}})")
+_TASK_NAME = re.compile(
+    rf"({_COMPACT})_([0-9A-HJKMNP-TV-Z]{{26}})_([1-9]\d{{0,5}})_([A-Za-z0-9][A-Za-z0-9.-]{{0,63}})"
+)
 _CLAIM_NAME = re.compile(
-    rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+)_(claimed|started)_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
+    rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+_[^_]+)_(claimed|started)_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
 )
 
 
@@ -57,9 +60,16 @@ def check_id(text: str) -> str:
 
 
 def check_token(kind: str, text: str) -> str:
-    """Validate a queue name or host id: letters, digits, '.', '_', '-'; max 64."""
+    """Validate a host id: letters, digits, '.', '_', '-'; at most 64."""
     if _TOKEN.fullmatch(text) is None:
         raise BadInput(f"bad {kind} {text!r}: use letters, digits, '.', '_' or '-' (max 64)")
+    return text
+
+
+def check_queue(text: str) -> str:
+    """Validate a queue name: letters, digits, '.', '-'; at most 64."""
+    if _QUEUE.fullmatch(text) is None:
+        raise BadInput(f"bad queue {text!r}: use letters, digits, '.' or '-' (max 64)")
     return text
 
 
@@ -85,14 +95,18 @@ def day_of(instant: int) -> str:
 
 @dataclass(frozen=True, order=True)
 class TaskName:
-    """The name of a task file outside claimed/: run_at, id, attempt."""
+    """The name of a task file outside claimed/: run_at, id, attempt, queue.
+
+    Sorting names sorts by run_at, then id (submission order): dispatch order.
+    """
 
     run_at: int
     id: str
     attempt: int
+    queue: str = DEFAULT_QUEUE
 
     def __str__(self) -> str:
-        return f"{format_compact(self.run_at)}_{self.id}_{self.attempt}"
+        return f"{format_compact(self.run_at)}_{self.id}_{self.attempt}_{self.queue}"
 
     @classmethod
     def parse(cls, name: str) -> TaskName:
@@ -100,7 +114,7 @@ class TaskName:
         m = _TASK_NAME.fullmatch(name)
         if not m:
             raise ValueError(f"not a task file name: {name!r}")
-        return cls(parse_compact(m.group(1)), m.group(2), int(m.group(3)))
+        return cls(parse_compact(m.group(1)), m.group(2), int(m.group(3)), m.group(4))
 
     @property
     def bucket(self) -> str:
@@ -207,7 +221,7 @@ class TaskBody:
             argv=argv,
             cwd=_str(doc, "cwd"),
             env=env,
-            queue=check_token("queue", _str(doc, "queue")),
+            queue=check_queue(_str(doc, "queue")),
             key=_opt_str(doc, "key"),
             max_attempts=_positive_int(doc, "max_attempts"),
             timeout=_opt_us(doc, "timeout"),

@@ -9,6 +9,7 @@ before anything that depends on it becomes visible.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -80,7 +81,7 @@ def release(spool: Spool, held: ClaimName) -> TaskName:
 
 def retry(spool: Spool, held: ClaimName, run_at: int) -> TaskName:
     """started -> pending at a later run_at, as the next attempt."""
-    name = TaskName(run_at, held.task.id, held.task.attempt + 1)
+    name = dataclasses.replace(held.task, run_at=run_at, attempt=held.task.attempt + 1)
     _move(claim_path(spool, held), spool.bucket_dir(name.bucket), str(name))
     return name
 
