@@ -89,7 +89,7 @@ def test_four_daemons_skewed_clocks_never_early_exactly_once(
             cwd=str(tmp_path),
             env={"PATH": DEFAULT_PATH},
         )
-        ids.append(submit(spool, body)[0])
+        ids.append(submit(spool, body)[0].id)
     wait_for(lambda: len(read_stamps(stamps)) >= n, 120, f"all {n} tasks to run")
     for d in daemons.values():
         assert d.stop() == 0

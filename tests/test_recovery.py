@@ -4,6 +4,7 @@ unless an attempt was lost in flight, and the journal says so."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
+from taskq.config import default_host_id
 from taskq.task import ClaimName, TaskName
 
 StartDaemon = Callable[..., Daemon]
@@ -165,3 +167,19 @@ def test_claims_of_a_dead_daemon_that_never_spawned_are_released(
         doc = tq.wait_state(task_id, ("done",))
         assert events(doc, "released") and doc["attempt"] == 1
     assert sorted(r[0] for r in read_stamps(stamps)) == sorted([claimed, started])
+
+
+def test_status_tells_a_dead_daemon_from_a_live_one(tq: Taskq, start_daemon: StartDaemon) -> None:
+    here = default_host_id()
+    live = start_daemon("--host-id", here)
+    dead = start_daemon("--host-id", here)
+    dead.kill()
+    records = {r["pid"]: r for r in json.loads(tq.run("status", "--json").stdout)}
+    assert records[live.proc.pid]["alive"] is True
+    assert records[dead.proc.pid]["alive"] is False
+    text = tq.run("status").stdout.decode()
+    assert f"{here}_{dead.proc.pid}: NOT running" in text
+    assert f"{here}_{live.proc.pid}: dispatching" in text
+    status_file = tq.spool / "run" / f"{here}_{live.proc.pid}.status"
+    assert oct(status_file.stat().st_mode & 0o777) == "0o600"
+    assert oct((tq.spool / "doorbell").stat().st_mode & 0o777) == "0o600"

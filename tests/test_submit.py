@@ -77,8 +77,8 @@ def test_key_deduplicates(tq: Taskq) -> None:
     other = tq.submit("--key", "another", "--", "true")
     assert first == second != other
     assert len(pending_files(tq.spool)) == 2
-    doc = json.loads(tq.run("submit", "--json", "--key", "another", "--", "true").stdout)
-    assert doc == {"id": other, "created": False, "run_at": doc["run_at"]}
+    doc = json.loads(tq.run("submit", "--json", "--key", "nightly-2026-12-01", "--", "true").stdout)
+    assert doc == {"id": first, "created": False, "run_at": tq.show(first)["run_at"]}
 
 
 def test_key_finishes_a_submission_cut_short(tq: Taskq) -> None:

@@ -103,12 +103,12 @@ def submit(ctx: click.Context, /, **opts: Any) -> None:
     _init(spool)
     from taskq.submit import submit as do_submit
 
-    task_id, created = do_submit(spool, body)
+    name, created = do_submit(spool, body)
     if opts["as_json"]:
-        doc = {"id": task_id, "created": created, "run_at": format_iso(body.run_at)}
+        doc = {"id": name.id, "created": created, "run_at": format_iso(name.run_at)}
         click.echo(json.dumps(doc))
     else:
-        click.echo(task_id)
+        click.echo(name.id)
 
 
 def _build_body(opts: dict[str, Any], now: int) -> TaskBody:
@@ -359,12 +359,17 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """Show the daemons on this spool: dispatching or not, clock uncertainty, load."""
     from taskq import status as health
 
-    records = health.read_all(_spool(ctx).run)
+    run_dir = _spool(ctx).run
+    records = health.read_all(run_dir)
+    for r in records:
+        r["alive"] = health.record_alive(run_dir, r, default_host_id(), wall_us())
     if as_json:
         click.echo(json.dumps(records, indent=1))
         return
     for r in records:
         state = "dispatching" if r.get("dispatching") else f"NOT dispatching ({r.get('reason')})"
+        if r.get("alive") is False:
+            state = "NOT running (stale record of a daemon that died)"
         click.echo(
             f"{r.get('owner')}: {state}; clock uncertainty {r.get('uncertainty', 0):.6f}s "
             f"(offset {r.get('offset', 0):+.6f}s, max {r.get('max_uncertainty')}s); "

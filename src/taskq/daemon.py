@@ -90,7 +90,7 @@ class Daemon:
         self.stop_deadline = 0.0
         self.rescan_wanted = True
         self.last_rescan = float("-inf")
-        self.last_renew = time.monotonic()
+        self.last_renew = float("-inf")  # the first iteration renews and scans claims
         self.next_clock_check = 0.0
         self.last_mono = time.monotonic()
         self.clock_ok = True
@@ -114,7 +114,6 @@ class Daemon:
             format_duration(self.cfg.lease),
         )
         try:
-            self._scan_claims(self.clock.now())
             while not self._finished():
                 self._guarded_iteration()
         finally:
@@ -210,6 +209,7 @@ class Daemon:
             "workers": self.cfg.workers,
             "busy": len(self.children) + len(self.adopted),
             "lease": self.cfg.lease / SECOND,
+            "clock_check": self.cfg.clock_check / SECOND,
         }
         try:
             status.write(self.spool.run, self._owner_name, record)
@@ -311,6 +311,8 @@ class Daemon:
                 prepare_at = self.clock.earliest_start(nxt) - PREPARE_LEAD
                 wait = (prepare_at - self.clock.now()) / SECOND
                 deadlines.append(mono + wait)
+        if not self.stopping and not self.index and self.index.more_beyond:
+            deadlines.append(mono)  # the heap ran dry: load the next bucket now
         if self.adopted:
             deadlines.append(mono + 0.2)
         for run in self.children.values():
@@ -365,6 +367,10 @@ class Daemon:
         """Read a fresh claim's body, expire it or mark it started."""
         body = self._read_body(transitions.claim_path(self.spool, held), now)
         if body is None:
+            return
+        if body.id != held.task.id:
+            reason = f"body id {body.id} does not match the file name"
+            self._quarantine(transitions.claim_path(self.spool, held), reason, now)
             return
         if body.expires is not None and now > body.run_at + body.expires:
             self._note(held, "expired", now, deadline=format_iso(body.run_at + body.expires))
@@ -576,21 +582,9 @@ class Daemon:
                 self._recover_claim(held, now, "its lease expired")
 
     def _owner_alive(self, owner: str) -> bool:
-        path = os.path.join(self.spool.run, f"{owner}.lock")
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if status.owner_alive(self.spool.run, owner):
             return True
-        finally:
-            os.close(fd)
-        try:
-            os.unlink(path)  # a dead daemon's lock file
-        except FileNotFoundError:
-            pass
+        status.forget(self.spool.run, owner)
         return False
 
     def _recover_claim(self, old: ClaimName, now: int, why: str) -> None:

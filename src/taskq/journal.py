@@ -1,7 +1,7 @@
 """The per-task attempt journal: append-only JSON lines in logs/<id>/journal.
 
-History never goes into the task body: every claim, start, end, retry,
-recovery and cancellation is one line here. Readers tolerate a torn last
+History never goes into the task body: every start, end, retry, takeover,
+release, expiry and cancellation is one line here. Readers tolerate a torn last
 line (a crash mid-append) by skipping what does not parse.
 """
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from taskq.spool import Located
 from taskq.task import TaskBody
-from taskq.timespec import SECOND, format_duration, format_iso, parse_when
+from taskq.timespec import SECOND, format_duration, format_iso
 
 
 def summary(found: Located, body: TaskBody | None) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     header = ("ID", "STATE", "RUN_AT", "TRY", "QUEUE", "COMMAND")
     lines = [header]
     for r in rows:
-        command = shlex.join(r["command"]) if r["command"] else "?"
+        command = shlex.join(r["command"]).replace("\n", "\\n") if r["command"] else "?"
         run_at = r["run_at"][:23] + "Z"
         lines.append((r["id"], r["state"], run_at, str(r["attempt"]), r["queue"] or "?", command))
     widths = [max(len(line[i]) for line in lines) for i in range(5)]
@@ -87,7 +87,3 @@ def _journal_line(r: dict[str, Any]) -> str:
         extra["lateness"] = format_duration(round(r["lateness"] * SECOND))
     details = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
     return f"  {r['time']}  #{r.get('attempt', '-')} {r['event']} {details}".rstrip()
-
-
-def age(instant_iso: str, now: int) -> str:
-    return format_duration(now - parse_when(instant_iso, now))

@@ -21,9 +21,13 @@ from taskq.task import TaskBody, TaskName
 from taskq.timespec import format_iso
 
 # $1 is the working directory; the rest is the command. The command does not
-# inherit fd 3, so only the supervisor holds the status lock.
+# inherit fd 3, so only the supervisor holds the status lock. The supervisor
+# catches SIGTERM (sent to the whole group on timeout or cancel) so that it
+# outlives the command and records how it ended; a caught signal reverts to
+# its default in the command, which sees the TERM as usual. SIGKILL ends both.
 SUPERVISOR = (
-    'cd -- "$1" || { echo 126 >&3; exit 126; }; shift; "$@" 3>&-; s=$?; echo $s >&3; exit $s'
+    'trap : TERM; cd -- "$1" || { echo 126 >&3; exit 126; }; shift; '
+    '"$@" 3>&-; s=$?; echo $s >&3; exit $s'
 )
 SH = "/bin/sh"
 
@@ -57,7 +61,8 @@ def task_env(body: TaskBody, name: TaskName, spool_root: str) -> dict[str, str]:
     env.update(
         TASKQ_ID=body.id,
         TASKQ_ATTEMPT=str(name.attempt),
-        TASKQ_RUN_AT=format_iso(name.run_at),
+        TASKQ_RUN_AT=format_iso(body.run_at),  # as submitted, the same for every attempt
+        TASKQ_DUE_AT=format_iso(name.run_at),  # this attempt's due time (later on a retry)
         TASKQ_QUEUE=body.queue,
         TASKQ_SPOOL=spool_root,
     )

@@ -71,8 +71,7 @@ class Spool:
         for sub in SUBDIRS:
             fsutil.ensure_dir(os.path.join(self.root, sub), 0o700)
         if not os.path.exists(self.doorbell):
-            with open(self.doorbell, "ab"):
-                pass
+            self._create_doorbell()
         if created:
             fsutil.fsync_dir(self.root)
             fsutil.fsync_dir(os.path.dirname(self.root))
@@ -89,12 +88,16 @@ class Spool:
             os.utime(self.doorbell)
         except FileNotFoundError:
             try:
-                with open(self.doorbell, "ab"):
-                    pass
+                self._create_doorbell()
             except OSError:
                 pass
         except OSError:
             pass
+
+    def _create_doorbell(self) -> None:
+        os.close(
+            os.open(self.doorbell, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        )
 
     def read_body(self, path: str) -> TaskBody:
         """Read and validate a task body; CorruptFile says why it is bad."""
@@ -186,8 +189,7 @@ class Spool:
             except FileNotFoundError:
                 return None
             origin = os.path.relpath(path, self.root)
-            with open(dest + ".reason", "w") as f:
-                f.write(f"{origin}: {reason}\n")
+            fsutil.write_new(dest + ".reason", f"{origin}: {reason}\n".encode(), sync=False)
             fsutil.fsync_dir(self.corrupt)
             return dest
         raise CorruptFile(f"cannot quarantine {path}: too many clashing names")

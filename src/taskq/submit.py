@@ -19,8 +19,13 @@ from taskq.task import TaskBody, TaskName
 _PUBLISH_TRIES = 50
 
 
-def submit(spool: Spool, body: TaskBody) -> tuple[str, bool]:
-    """Make the task durable; return (id, created). created is False on a key hit."""
+def submit(spool: Spool, body: TaskBody) -> tuple[TaskName, bool]:
+    """Make the task durable; return its name and whether it was created.
+
+    On a key hit nothing is created and the name is the first task's (as it
+    was submitted). On failure nothing is left behind, unless a daemon had
+    already claimed the published task: then it exists, and so does its key.
+    """
     name = TaskName(body.run_at, body.id, 1, body.queue)
     tmp = os.path.join(spool.tmp, f"{body.id}.task")
     bound = None
@@ -34,12 +39,25 @@ def submit(spool: Spool, body: TaskBody) -> tuple[str, bool]:
             bound = key_path(spool, body.key)
         publish(spool, tmp, name)
     except OSError as e:
-        if bound is not None:
+        if _withdraw(spool, tmp, name) and bound is not None:
             _discard(bound)
-        _discard(tmp)
         raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
     spool.ring()
-    return body.id, True
+    return name, True
+
+
+def _withdraw(spool: Spool, tmp: str, name: TaskName) -> bool:
+    """Undo a failed submission; False if it cannot be undone (already claimed)."""
+    published = os.path.join(spool.bucket_dir(name.bucket), str(name))
+    try:
+        fsutil.rename_noreplace(published, tmp)  # published, then an fsync failed
+    except FileNotFoundError:
+        if not os.path.exists(tmp):
+            return False  # never written, or a daemon has claimed it: it stands
+    except OSError:
+        pass
+    _discard(tmp)
+    return True
 
 
 def publish(spool: Spool, tmp: str, name: TaskName) -> bool:
@@ -73,8 +91,8 @@ def key_path(spool: Spool, key: str) -> str:
     return os.path.join(spool.keys, hashlib.sha256(key.encode()).hexdigest()[:40])
 
 
-def _bind_key(spool: Spool, key: str, name: TaskName) -> str | None:
-    """Bind key to this task; return the id already bound to it, if any."""
+def _bind_key(spool: Spool, key: str, name: TaskName) -> TaskName | None:
+    """Bind key to this task; return the task already bound to it, if any."""
     path = key_path(spool, key)
     staging = os.path.join(spool.keys, f".{name.id}.tmp")
     fsutil.write_new(staging, f"{name}\n".encode())
@@ -88,8 +106,8 @@ def _bind_key(spool: Spool, key: str, name: TaskName) -> str | None:
     return None
 
 
-def _adopt_key(spool: Spool, path: str) -> str:
-    """Return the id a key names, finishing its submission if that was cut short."""
+def _adopt_key(spool: Spool, path: str) -> TaskName:
+    """Return the task a key names, finishing its submission if that was cut short."""
     with open(path) as f:
         first = TaskName.parse(f.read().strip())
     tmp = os.path.join(spool.tmp, f"{first.id}.task")
@@ -97,7 +115,7 @@ def _adopt_key(spool: Spool, path: str) -> str:
         # The first submitter bound the key and then stopped (or is about to
         # publish): publishing its durable body is exactly what it would do.
         publish(spool, tmp, first)
-    return first.id
+    return first
 
 
 def _discard(path: str) -> None:
@@ -110,6 +128,13 @@ def _discard(path: str) -> None:
 def clean_tmp(spool: Spool, now: int, max_age: int) -> None:
     """Delete submissions abandoned in tmp/ (never acknowledged) and their keys."""
     cutoff = (now - max_age) / 1e6
+    for entry in fsutil.listdir(spool.keys):
+        path = os.path.join(spool.keys, entry)
+        try:
+            if entry.startswith(".") and os.lstat(path).st_mtime <= cutoff:
+                os.unlink(path)  # a key's staging file, left by a killed submitter
+        except OSError:
+            continue
     for entry in fsutil.listdir(spool.tmp):
         path = os.path.join(spool.tmp, entry)
         try:

@@ -94,11 +94,6 @@ def finish(spool: Spool, held: ClaimName, state: str, now: int) -> str:
     return _move(claim_path(spool, held), dest_dir, str(held.task))
 
 
-def expire_pending(spool: Spool, found: Located) -> str:
-    """pending -> failed, for a task past its deadline; it never started."""
-    return _move(found.path, spool.failed, str(found.name))
-
-
 def cancel(spool: Spool, found: Located) -> str:
     """pending or claimed (not started) -> cancelled."""
     return _move(found.path, spool.cancelled, str(found.name))
