@@ -13,8 +13,9 @@
 # complete, and a retry whose archive already exists does nothing.
 #
 # The night is fixed at submission (NIGHT) rather than taken from the clock
-# or from TASKQ_RUN_AT when the task runs: a retry at 02:20, or a run after
-# the machine was down, still names the archive after the night it is for.
+# when the task runs: a retry at 02:20, or a run after the machine was down,
+# still names the archive after the night it is for. (TASKQ_RUN_AT, the run
+# time as submitted, would serve too; TASKQ_DUE_AT moves with each retry.)
 set -eu
 
 if [ $# -ne 2 ]; then
