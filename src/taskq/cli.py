@@ -221,6 +221,13 @@ def _init(spool: Spool) -> None:
     help="Clock uncertainty allowed for: never start before run_at + margin.",
 )
 @click.option(
+    "--queue-limit",
+    "queue_limit",
+    multiple=True,
+    metavar="NAME=N",
+    help="Run at most N attempts of queue NAME at once (repeatable).",
+)
+@click.option(
     "--max-uncertainty",
     default="2s",
     show_default=True,
@@ -268,10 +275,21 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
         clock_check=_positive_duration("--clock-check", opts["clock_check"]) or 0,
         kill_grace=parse_duration(opts["kill_grace"]),
         shutdown_grace=parse_duration(opts["shutdown_grace"]),
+        queue_limits=_queue_limits(opts["queue_limit"]),
     )
     spool = _spool(ctx)
     _init(spool)
     sys.exit(Daemon(spool, cfg).run())
+
+
+def _queue_limits(pairs: tuple[str, ...]) -> dict[str, int]:
+    limits = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not value.isdigit() or int(value) < 1:
+            raise BadInput(f"bad --queue-limit {pair!r}: expected NAME=N with N >= 1")
+        limits[check_queue(name)] = int(value)
+    return limits
 
 
 # -- reading -----------------------------------------------------------------

@@ -11,6 +11,7 @@ they concern is started.
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import logging
 import os
@@ -18,6 +19,7 @@ import random
 import selectors
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +53,7 @@ class Config:
     kill_grace: int = 10 * SECOND  # between TERM and KILL on timeout
     shutdown_grace: int = 10 * SECOND
     rescan: int = 30 * SECOND  # the safety-net rescan interval
+    queue_limits: dict[str, int] = field(default_factory=dict)  # per-queue concurrency caps
     clock_margin: int = 1 * MS
     max_uncertainty: int = 2 * SECOND  # above it, stop dispatching
     clock_check: int = 10 * SECOND  # how often to measure the clock offset
@@ -306,7 +309,7 @@ class Daemon:
             deadlines.append(self.stop_deadline)
         else:
             deadlines.append(self.last_rescan + self.cfg.rescan / SECOND)
-            nxt = self.index.next_run_at()
+            nxt = self.index.next_run_at(self._queue_open())
             if nxt is not None and self._free_slots() > 0 and self.clock_ok:
                 prepare_at = self.clock.earliest_start(nxt) - PREPARE_LEAD
                 wait = (prepare_at - self.clock.now()) / SECOND
@@ -335,6 +338,18 @@ class Daemon:
     def _free_slots(self) -> int:
         return self.cfg.workers - len(self.children) - len(self.adopted) - len(self.to_start)
 
+    def _queue_open(self) -> Callable[[str], bool]:
+        """A test of whether a queue is under its --queue-limit right now."""
+        limits = self.cfg.queue_limits
+        if not limits:
+            return lambda queue: True
+        busy = collections.Counter(r.body.queue for r in self._attempts())
+        busy.update(body.queue for _, body in self.to_start)
+        return lambda queue: busy[queue] < limits.get(queue, self.cfg.workers)
+
+    def _attempts(self) -> list[Running]:
+        return [*self.children.values(), *self.adopted.values()]
+
     # -- finding and claiming due work -----------------------------------
 
     def _maybe_rescan(self, now: int) -> None:
@@ -351,11 +366,17 @@ class Daemon:
             clean_tmp(self.spool, now, self.cfg.tmp_max_age)
 
     def _dispatch(self, now: int) -> None:
+        """Claim due tasks for the free workers, fairly across queues."""
+        horizon = now + PREPARE_LEAD
+
+        def due(run_at: int) -> bool:
+            return self.clock.earliest_start(run_at) <= horizon
+
         while self._free_slots() > 0:
-            run_at = self.index.next_run_at()
-            if run_at is None or self.clock.earliest_start(run_at) > now + PREPARE_LEAD:
+            picked = self.index.pop_due(due, self._queue_open())
+            if picked is None:
                 return
-            name, path = self.index.pop()
+            name, path = picked
             try:
                 held = transitions.claim(self.spool, path, name, self.owner, now + self.cfg.lease)
             except FileNotFoundError:
@@ -518,7 +539,7 @@ class Daemon:
         if mono - self.last_renew < self.cfg.lease / 3 / SECOND:
             return
         self.last_renew = mono
-        for run in [*self.children.values(), *self.adopted.values()]:
+        for run in self._attempts():
             if run.lost:
                 continue
             try:
@@ -539,7 +560,7 @@ class Daemon:
 
     def _enforce_timeouts(self) -> None:
         mono = time.monotonic()
-        for run in [*self.children.values(), *self.adopted.values()]:
+        for run in self._attempts():
             if run.pid is None or run.killed:
                 continue
             if run.term_sent is None:
@@ -563,7 +584,7 @@ class Daemon:
         run/ is free. Any claim whose lease has surely expired (by our clock,
         with its uncertainty) is taken over, but only while we trust our clock.
         """
-        mine = {r.claim.task.id for r in [*self.children.values(), *self.adopted.values()]}
+        mine = {r.claim.task.id for r in self._attempts()}
         mine.update(c.task.id for c, _ in self.to_start)
         for entry in fsutil.listdir(self.spool.claimed):
             path = os.path.join(self.spool.claimed, entry)

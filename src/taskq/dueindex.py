@@ -1,38 +1,44 @@
-"""The due index: an in-memory heap of the nearest pending tasks.
+"""The due index: in-memory heaps of the nearest pending tasks, one per queue.
 
 It is a cache of the spool, rebuilt by listing only the buckets up to now
 plus the first non-empty future bucket, so its cost grows with due work and
 not with stored work. It never decides anything durable: a stale entry just
-loses its claim with ENOENT. Names that cannot be tasks are handed back for
-quarantine; empty past buckets are removed on the way (safely: rmdir fails
-on a bucket that is not empty, and submitters recreate a vanished bucket).
+loses its claim with ENOENT. Due tasks are handed out oldest first within a
+queue and round-robin across queues, so one queue's burst cannot starve
+another. Names that cannot be tasks are handed back for quarantine; empty
+past buckets are removed on the way (safely: rmdir fails on a bucket that
+is not empty, and submitters recreate a vanished bucket).
 """
 
 from __future__ import annotations
 
 import heapq
 import os
+from collections.abc import Callable
 
 from taskq import fsutil
 from taskq.spool import Spool
 from taskq.task import TaskName, bucket_of, valid_bucket
 
+Entry = tuple[TaskName, str]  # the name and the bucket its file is in
+
 
 class DueIndex:
-    """The nearest pending tasks, ordered by (run_at, id)."""
+    """The nearest pending tasks, per queue, ordered by (run_at, id)."""
 
     def __init__(self, spool: Spool) -> None:
         self.spool = spool
-        self._heap: list[tuple[TaskName, str]] = []
+        self._heaps: dict[str, list[Entry]] = {}
+        self._turn: list[str] = []  # queues in round-robin order
         self.more_beyond = False  # buckets exist past the last one loaded
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return sum(len(h) for h in self._heaps.values())
 
     def rescan(self, now: int) -> list[tuple[str, str]]:
         """Rebuild from the spool; return (path, reason) of entries to quarantine."""
         current = bucket_of(now)
-        heap: list[tuple[TaskName, str]] = []
+        entries: list[Entry] = []
         bad: list[tuple[str, str]] = []
         self.more_beyond = False
         future_loaded = False
@@ -44,20 +50,20 @@ class DueIndex:
             if future_loaded:
                 self.more_beyond = True
                 break
-            before = len(heap)
-            self._load_bucket(entry, path, entry < current, heap, bad)
-            future_loaded = entry > current and len(heap) > before
-        heapq.heapify(heap)
-        self._heap = heap
+            before = len(entries)
+            self._load_bucket(entry, path, entry < current, entries, bad)
+            future_loaded = entry > current and len(entries) > before
+        heaps: dict[str, list[Entry]] = {}
+        for item in entries:
+            heaps.setdefault(item[0].queue, []).append(item)
+        for heap in heaps.values():
+            heapq.heapify(heap)
+        self._heaps = heaps
+        self._turn = [q for q in self._turn if q in heaps] + sorted(set(heaps) - set(self._turn))
         return bad
 
     def _load_bucket(
-        self,
-        bucket: str,
-        path: str,
-        past: bool,
-        heap: list[tuple[TaskName, str]],
-        bad: list[tuple[str, str]],
+        self, bucket: str, path: str, past: bool, entries: list[Entry], bad: list[tuple[str, str]]
     ) -> None:
         names = fsutil.listdir(path)
         if not names and past:
@@ -67,18 +73,32 @@ class DueIndex:
                 pass  # a submitter got there first, or it is already gone
         for entry in names:
             try:
-                heap.append((TaskName.parse(entry), bucket))
+                entries.append((TaskName.parse(entry), bucket))
             except ValueError:
                 bad.append((os.path.join(path, entry), "not a task file name"))
 
     def push(self, name: TaskName) -> None:
         """Add a task we just put back in pending (a retry or a release)."""
-        heapq.heappush(self._heap, (name, name.bucket))
+        if name.queue not in self._heaps:
+            self._heaps[name.queue] = []
+            self._turn.append(name.queue)
+        heapq.heappush(self._heaps[name.queue], (name, name.bucket))
 
-    def next_run_at(self) -> int | None:
-        return self._heap[0][0].run_at if self._heap else None
+    def next_run_at(self, eligible: Callable[[str], bool] = lambda q: True) -> int | None:
+        """The earliest run_at among the queues that may start a task now."""
+        tops = [h[0][0].run_at for q, h in self._heaps.items() if h and eligible(q)]
+        return min(tops, default=None)
 
-    def pop(self) -> tuple[TaskName, str]:
-        """Remove and return the earliest task and its pending path."""
-        name, bucket = heapq.heappop(self._heap)
-        return name, os.path.join(self.spool.bucket_dir(bucket), str(name))
+    def pop_due(self, due: Callable[[int], bool], eligible: Callable[[str], bool]) -> Entry | None:
+        """Take the next due task, round-robin across eligible queues.
+
+        The queue served goes to the back of the turn, so queues with due
+        work take turns; within a queue the oldest run_at goes first.
+        """
+        for i, queue in enumerate(self._turn):
+            heap = self._heaps.get(queue)
+            if heap and eligible(queue) and due(heap[0][0].run_at):
+                self._turn.append(self._turn.pop(i))
+                name, bucket = heapq.heappop(heap)
+                return name, os.path.join(self.spool.bucket_dir(bucket), str(name))
+        return None
