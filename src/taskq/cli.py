@@ -92,23 +92,61 @@ def cli(ctx: click.Context, spool: str | None) -> None:
 @click.option(
     "--cwd", type=click.Path(file_okay=False), help="Working directory [default: the current one]."
 )
+@click.option(
+    "--batch",
+    metavar="FILE|-",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Submit one task per NDJSON line of FILE (- for standard input); "
+    "the options above are the defaults for every line.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the id.")
-@click.argument("command", nargs=-1, required=True)
+@click.argument("command", nargs=-1)
 @click.pass_context
 def submit(ctx: click.Context, /, **opts: Any) -> None:
     """Accept COMMAND to run at a time; print its id once it is durable."""
+    from taskq import limits
+    from taskq.submit import submit as submit_one
+    from taskq.submit import submit_batch
+
     now = wall_us()
-    body = _build_body(opts, now)
+    if opts["batch"] is None:
+        if not opts["command"]:
+            raise BadInput("missing COMMAND (or give --batch FILE)")
+        bodies = [_build_body(opts, now)]
+    else:
+        bodies = _read_batch(opts, now)
     spool = _spool(ctx)
     _init(spool)
-    from taskq.submit import submit as do_submit
-
-    name, created = do_submit(spool, body)
-    if opts["as_json"]:
-        doc = {"id": name.id, "created": created, "run_at": format_iso(name.run_at)}
-        click.echo(json.dumps(doc))
+    limits.check(spool, limits.load(spool), now, adding=len(bodies))
+    if opts["batch"] is None:
+        results = [submit_one(spool, bodies[0])]
     else:
-        click.echo(name.id)
+        results = submit_batch(spool, bodies)
+    for name, created in results:
+        if opts["as_json"]:
+            doc = {"id": name.id, "created": created, "run_at": format_iso(name.run_at)}
+            click.echo(json.dumps(doc))
+        else:
+            click.echo(name.id)
+
+
+def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:
+    from taskq import batch
+
+    if opts["command"]:
+        raise BadInput("give COMMAND or --batch, not both")
+    for option, value in (("--key", opts["key"]), ("--stdin", opts["use_stdin"] or None)):
+        if value is not None:
+            raise BadInput(f"{option} does not go with --batch; give it per line")
+    try:
+        if opts["batch"] == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(opts["batch"], "rb") as f:
+                data = f.read()
+    except OSError as e:
+        raise BadInput(f"cannot read --batch {opts['batch']}: {e.strerror}") from None
+    return batch.parse(data, _build_body({**opts, "command": ("-",)}, now), now)
 
 
 def _build_body(opts: dict[str, Any], now: int) -> TaskBody:

@@ -14,6 +14,7 @@ EX_NOTFOUND = 3  # no task with that id
 EX_CONFLICT = 4  # the task is in a state that does not allow the request
 EX_TEMPFAIL = 75  # retrying later can succeed (disk full, spool busy)
 EX_NOPERM = 77  # permission denied on the spool
+EX_CONFIG = 78  # the spool's config.toml is wrong
 
 
 class TaskqError(Exception):
@@ -50,6 +51,12 @@ class NoPermission(TaskqError):
     """The spool or one of its files may not be read or written by us."""
 
     exit_status = EX_NOPERM
+
+
+class ConfigError(TaskqError):
+    """The spool's configuration file cannot be read or is wrong."""
+
+    exit_status = EX_CONFIG
 
 
 class CorruptFile(TaskqError):

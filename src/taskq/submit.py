@@ -68,22 +68,77 @@ def publish(spool: Spool, tmp: str, name: TaskName) -> bool:
     A daemon may remove an empty bucket between our mkdir and our rename,
     so a vanished bucket is created again.
     """
+    published = _place(spool, tmp, name)
+    fsutil.fsync_dir(spool.bucket_dir(name.bucket))
+    fsutil.fsync_dir(spool.pending)
+    return published
+
+
+def _place(spool: Spool, tmp: str, name: TaskName) -> bool:
+    """Rename tmp into its bucket (no sync); False if someone else did it first."""
     bucket = spool.bucket_dir(name.bucket)
-    published = False
     for _ in range(_PUBLISH_TRIES):
         fsutil.ensure_dir(bucket)
         try:
             fsutil.rename_noreplace(tmp, os.path.join(bucket, str(name)))
-            published = True
-            break
+            return True
         except FileNotFoundError:
             if not os.path.exists(tmp):
-                break
-    else:
-        raise OSError(f"bucket {bucket} keeps vanishing")
-    fsutil.fsync_dir(bucket)
-    fsutil.fsync_dir(spool.pending)
-    return published
+                return False
+    raise OSError(f"bucket {bucket} keeps vanishing")
+
+
+def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, bool]]:
+    """Submit many tasks with group commit: three syncs for the whole batch.
+
+    Bodies (and key staging files) are written unsynced and made durable by
+    one syncfs; keys are bound and synced; then every body is renamed into
+    its bucket and one last syncfs makes the renames durable. Nothing is
+    acknowledged before that. On failure, what was published is withdrawn.
+    """
+    names = [TaskName(b.run_at, b.id, 1, b.queue) for b in bodies]
+    results: list[tuple[TaskName, bool] | None] = [None] * len(bodies)
+    first_of_key: dict[str, int] = {}
+    repeats: dict[int, int] = {}  # a line repeating an earlier line's key -> that line
+    todo: list[int] = []
+    for i, body in enumerate(bodies):
+        if body.key is not None and body.key in first_of_key:
+            repeats[i] = first_of_key[body.key]
+        else:
+            if body.key is not None:
+                first_of_key[body.key] = i
+            todo.append(i)
+    tmps = {i: os.path.join(spool.tmp, f"{bodies[i].id}.task") for i in todo}
+    bound: list[str] = []
+    try:
+        for i in todo:
+            fsutil.write_new(tmps[i], bodies[i].to_json(), sync=False)
+        fsutil.syncfs(spool.root)
+        keyed = [i for i in todo if bodies[i].key is not None]
+        for i in keyed:
+            existing = _bind_key(spool, str(bodies[i].key), names[i], sync=False)
+            if existing is None:
+                bound.append(key_path(spool, str(bodies[i].key)))
+            else:
+                results[i] = (existing, False)
+                os.unlink(tmps[i])
+        if keyed:
+            fsutil.syncfs(spool.root)
+        for i in todo:
+            if results[i] is None:
+                _place(spool, tmps[i], names[i])
+                results[i] = (names[i], True)
+        fsutil.syncfs(spool.root)
+        for i, first in repeats.items():
+            results[i] = (results[first] or (names[first], True))[0], False
+    except OSError as e:
+        for i in todo:
+            _withdraw(spool, tmps[i], names[i])
+        for path in bound:
+            _discard(path)
+        raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
+    spool.ring()
+    return [r for r in results if r is not None]
 
 
 def key_path(spool: Spool, key: str) -> str:
@@ -91,18 +146,23 @@ def key_path(spool: Spool, key: str) -> str:
     return os.path.join(spool.keys, hashlib.sha256(key.encode()).hexdigest()[:40])
 
 
-def _bind_key(spool: Spool, key: str, name: TaskName) -> TaskName | None:
-    """Bind key to this task; return the task already bound to it, if any."""
+def _bind_key(spool: Spool, key: str, name: TaskName, sync: bool = True) -> TaskName | None:
+    """Bind key to this task; return the task already bound to it, if any.
+
+    With sync=False the caller syncs the staging file before and the key
+    directory after (group commit).
+    """
     path = key_path(spool, key)
     staging = os.path.join(spool.keys, f".{name.id}.tmp")
-    fsutil.write_new(staging, f"{name}\n".encode())
+    fsutil.write_new(staging, f"{name}\n".encode(), sync=sync)
     try:
         os.link(staging, path)
     except FileExistsError:
         return _adopt_key(spool, path)
     finally:
         os.unlink(staging)
-    fsutil.fsync_dir(spool.keys)
+    if sync:
+        fsutil.fsync_dir(spool.keys)
     return None
 
 
