@@ -287,6 +287,13 @@ def _init(spool: Spool) -> None:
     help="Between SIGTERM and SIGKILL on --timeout.",
 )
 @click.option(
+    "--keep-done",
+    default="7d",
+    show_default=True,
+    metavar="DURATION",
+    help="Prune done/ days older than this (hourly), as taskq gc does.",
+)
+@click.option(
     "--shutdown-grace",
     default="10s",
     show_default=True,
@@ -314,6 +321,7 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
         kill_grace=parse_duration(opts["kill_grace"]),
         shutdown_grace=parse_duration(opts["shutdown_grace"]),
         queue_limits=_queue_limits(opts["queue_limit"]),
+        keep_done=parse_duration(opts["keep_done"]),
     )
     spool = _spool(ctx)
     _init(spool)
@@ -431,6 +439,44 @@ def status(ctx: click.Context, as_json: bool) -> None:
             f"(offset {r.get('offset', 0):+.6f}s, max {r.get('max_uncertainty')}s); "
             f"{r.get('busy')}/{r.get('workers')} workers busy; updated {r.get('updated_at')}"
         )
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Counts per state and queue, the overdue backlog, lateness and daemons."""
+    from taskq import stats as report
+
+    doc = report.collect(_spool(ctx), wall_us(), default_host_id())
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+    from taskq.render import stats_text
+
+    click.echo(stats_text(doc))
+
+
+@cli.command()
+@click.option(
+    "--older-than",
+    default="7d",
+    show_default=True,
+    metavar="DURATION",
+    help="Remove done/ days that ended longer ago than this.",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would go; change nothing.")
+@click.pass_context
+def gc(ctx: click.Context, older_than: str, dry_run: bool) -> None:
+    """Prune finished tasks from done/, with their logs and keys."""
+    from taskq import gc as retention
+
+    found = retention.collect(_spool(ctx), wall_us(), parse_duration(older_than), dry_run)
+    verb = "would remove" if dry_run else "removed"
+    click.echo(
+        f"{verb} {found.tasks} done task(s) in {found.days} day(s), with their logs "
+        f"and {found.keys} key(s)"
+    )
 
 
 # -- cancel ------------------------------------------------------------------

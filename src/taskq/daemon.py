@@ -23,14 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskq import fsutil, journal, runner, status, transitions
+from taskq import fsutil, gc, journal, runner, status, transitions
 from taskq.clock import Clock
 from taskq.dueindex import DueIndex
 from taskq.errors import CorruptFile
 from taskq.spool import Spool
 from taskq.submit import clean_tmp
 from taskq.task import ClaimName, TaskBody
-from taskq.timespec import HOUR, MS, SECOND, format_duration, format_iso, parse_when
+from taskq.timespec import DAY, HOUR, MS, SECOND, format_duration, format_iso, parse_when
 from taskq.transitions import Owner
 
 log = logging.getLogger("taskq")
@@ -58,6 +58,7 @@ class Config:
     max_uncertainty: int = 2 * SECOND  # above it, stop dispatching
     clock_check: int = 10 * SECOND  # how often to measure the clock offset
     tmp_max_age: int = HOUR
+    keep_done: int = 7 * DAY  # done/ retention, applied hourly
 
 
 @dataclass
@@ -95,6 +96,7 @@ class Daemon:
         self.last_rescan = float("-inf")
         self.last_renew = float("-inf")  # the first iteration renews and scans claims
         self.next_clock_check = 0.0
+        self.next_gc = 0.0
         self.last_mono = time.monotonic()
         self.clock_ok = True
         self.started_at = self.clock.now()
@@ -364,6 +366,15 @@ class Daemon:
             self._quarantine(path, reason, now)
         if safety:
             clean_tmp(self.spool, now, self.cfg.tmp_max_age)
+        if mono >= self.next_gc:
+            self.next_gc = mono + HOUR / SECOND
+            found = gc.collect(self.spool, now, self.cfg.keep_done)
+            if found.tasks:
+                log.info(
+                    "pruned %d done task(s) older than %s",
+                    found.tasks,
+                    format_duration(self.cfg.keep_done),
+                )
 
     def _dispatch(self, now: int) -> None:
         """Claim due tasks for the free workers, fairly across queues."""

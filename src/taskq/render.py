@@ -60,6 +60,42 @@ def table(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def stats_text(doc: dict[str, Any]) -> str:
+    """The human form of stats: a state-by-queue table, backlog, lateness, daemons."""
+    queues = sorted({q for per in doc["counts"].values() for q in per})
+    rows = [("STATE", "TOTAL", *queues)]
+    for state, per in doc["counts"].items():
+        rows.append((state, str(sum(per.values())), *(str(per.get(q, 0)) for q in queues)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+    if doc["overdue_total"]:
+        per = ", ".join(f"{q} {v['count']}" for q, v in doc["overdue"].items())
+        age = format_duration(round(doc["oldest_overdue_age"] * SECOND))
+        out.append(f"overdue: {doc['overdue_total']} ({per}); oldest overdue for {age}")
+    else:
+        out.append("overdue: none")
+    late = doc["lateness"]
+    if late["attempts"]:
+        parts = " ".join(
+            f"{k} {format_duration(round(late[k] * SECOND))}" for k in ("p50", "p90", "p99", "max")
+        )
+        out.append(f"lateness of the last {late['attempts']} attempts: {parts}")
+    for r in doc["daemons"]:
+        state = "dispatching" if r.get("dispatching") else f"NOT dispatching ({r.get('reason')})"
+        if r.get("alive") is False:
+            state = "NOT running"
+        out.append(
+            f"daemon {r.get('owner')}: {state}; clock uncertainty "
+            f"{r.get('uncertainty', 0):.6f}s; {r.get('busy')}/{r.get('workers')} workers busy"
+        )
+    return "\n".join(out)
+
+
 def describe(doc: dict[str, Any]) -> str:
     """The human form of show: fields, then one line per journal record."""
     state = doc["state"] + (" (expired)" if doc["expired"] else "")

@@ -132,4 +132,7 @@ def format_duration(us: int) -> str:
     if minutes < 60:
         return f"{sign}{minutes}m{rest:02d}s"
     hours, minutes = divmod(minutes, 60)
-    return f"{sign}{hours}h{minutes:02d}m"
+    if hours < 48:
+        return f"{sign}{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{sign}{days}d{hours:02d}h"

@@ -1,0 +1,84 @@
+"""What `taskq stats` reports: counts, the overdue backlog, lateness, daemons.
+
+Counts come from file names alone (state from the directory, queue from the
+name), so they cost a listing of the spool, not a read of every task. The
+lateness percentiles read the journals of the most recently finished tasks.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from taskq import fsutil, journal, status
+from taskq.spool import STATES, Spool
+from taskq.task import TaskName
+from taskq.timespec import SECOND, format_iso
+
+RECENT = 500  # finished tasks whose attempts feed the lateness percentiles
+
+
+def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
+    """Gather the whole report as one JSON-able object."""
+    counts: dict[str, collections.Counter[str]] = {s: collections.Counter() for s in STATES}
+    overdue: collections.Counter[str] = collections.Counter()
+    oldest: dict[str, int] = {}
+    for state in STATES:
+        for found in spool.iter_state(state):
+            queue = found.name.queue
+            counts[state][queue] += 1
+            if state == "pending" and found.name.run_at <= now:
+                overdue[queue] += 1
+                oldest[queue] = min(oldest.get(queue, now), found.name.run_at)
+    daemons = status.read_all(spool.run)
+    for record in daemons:
+        record["alive"] = status.record_alive(spool.run, record, local_host, now)
+    return {
+        "time": format_iso(now),
+        "counts": {s: dict(sorted(c.items())) for s, c in counts.items()},
+        "overdue": {
+            q: {
+                "count": n,
+                "oldest_run_at": format_iso(oldest[q]),
+                "oldest_age": (now - oldest[q]) / SECOND,
+            }
+            for q, n in sorted(overdue.items())
+        },
+        "overdue_total": sum(overdue.values()),
+        "oldest_overdue_age": (now - min(oldest.values())) / SECOND if oldest else None,
+        "lateness": _lateness(spool),
+        "daemons": daemons,
+    }
+
+
+def _lateness(spool: Spool) -> dict[str, Any]:
+    """Percentiles of the recorded lateness of recent attempts, in seconds."""
+    ids: list[str] = []
+    for day in reversed(fsutil.listdir(spool.done)):
+        for entry in reversed(fsutil.listdir(f"{spool.done}/{day}")):
+            try:
+                ids.append(TaskName.parse(entry).id)
+            except ValueError:
+                continue
+        if len(ids) >= RECENT:
+            break
+    ids = ids[:RECENT]
+    values = sorted(
+        float(r["lateness"])
+        for task_id in ids
+        for r in journal.read(spool.log_dir(task_id))
+        if r["event"] == "start" and isinstance(r.get("lateness"), int | float)
+    )
+    if not values:
+        return {"attempts": 0}
+
+    def pct(p: float) -> float:
+        return values[min(len(values) - 1, round(p * (len(values) - 1)))]
+
+    return {
+        "attempts": len(values),
+        "p50": pct(0.5),
+        "p90": pct(0.9),
+        "p99": pct(0.99),
+        "max": values[-1],
+    }
