@@ -101,7 +101,7 @@ def test_key_finishes_a_submission_cut_short(tq: Taskq) -> None:
         (["--queue", "a/b", "--", "true"], "bad queue"),
         (["--cwd", "/nonexistent/dir", "--", "true"], "is not a directory"),
         (["--max-attempts", "0", "--", "true"], "--max-attempts"),
-        ([], "Missing argument"),
+        ([], "missing COMMAND"),
     ],
 )
 def test_bad_input_is_one_line_and_changes_nothing(

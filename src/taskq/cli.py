@@ -7,7 +7,6 @@ This is the one place where errors become a message and an exit status
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import sys
@@ -16,7 +15,9 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from taskq import __version__, fsutil, journal, runner, transitions
+# Imports used by one command only are made inside it: `taskq submit` starts
+# as a new process for every task, and its start-up time is its throughput.
+from taskq import __version__, fsutil
 from taskq.clock import wall_us
 from taskq.config import default_host_id, default_spool
 from taskq.errors import BadInput, Conflict, TaskqError
@@ -303,6 +304,8 @@ def _init(spool: Spool) -> None:
 @click.pass_context
 def daemon(ctx: click.Context, /, **opts: Any) -> None:
     """Run due tasks in the foreground until SIGTERM or SIGINT."""
+    import logging
+
     from taskq.daemon import Config, Daemon
 
     logging.basicConfig(
@@ -382,6 +385,8 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 
     spool = _spool(ctx)
     found, body = spool.load(task_id)
+    from taskq import journal
+
     doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))
     click.echo(json.dumps(doc, indent=1) if as_json else describe(doc))
 
@@ -399,7 +404,7 @@ def logs(ctx: click.Context, task_id: str, attempt: int | None) -> None:
     if attempt is None:
         attempt = _latest_attempt(spool, log_dir, task_id)
     try:
-        with open(runner.out_path(log_dir, attempt), "rb") as f:
+        with open(os.path.join(log_dir, f"{attempt}.out"), "rb") as f:
             sys.stdout.buffer.write(f.read())
     except FileNotFoundError:
         spool.locate(task_id)
@@ -487,6 +492,8 @@ def gc(ctx: click.Context, older_than: str, dry_run: bool) -> None:
 @click.pass_context
 def cancel(ctx: click.Context, task_id: str) -> None:
     """Cancel a pending task, or one claimed but not yet started."""
+    from taskq import journal, transitions
+
     spool = _spool(ctx)
     for _ in range(5):
         found = spool.locate(task_id)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 
 SYSTEM_SPOOL = "/var/spool/taskq"
 
@@ -23,5 +22,7 @@ def default_spool() -> str:
 
 def default_host_id() -> str:
     """This host's name, made safe for a claim name (letters, digits, . _ -)."""
+    import socket
+
     name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip("._-")
     return name[:64] or "localhost"

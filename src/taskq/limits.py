@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +34,8 @@ class Limits:
 
 def load(spool: Spool) -> Limits:
     """Read the [limits] table of the spool's config.toml; no file, no limits."""
+    import tomllib  # only when there is a file to read
+
     path = os.path.join(spool.root, CONFIG)
     try:
         with open(path, "rb") as f:

@@ -1,0 +1,394 @@
+"""taskq's benchmark suite: figures and ratios measured side by side, one run.
+
+    python bench/run.py [--quick] [--scale N] [--only NAME ...]
+
+Needs the bench extra (pip install '.[bench]', which brings huey). Prints a
+table: what was measured, taskq's figure, the reference measured on this
+machine in the same run, and the ratio. Sections:
+
+  submit   durable submit throughput: `taskq submit` one process per task,
+           `--batch`, huey's SqliteHuey schedule(), and the raw rate of
+           create+write+fsync+rename(+fsync dir) on the same disk
+  lateness isolated tasks: p50/p99/max of start - run_at, as the task sees
+           it, for taskq and for huey's consumer with default settings
+  burst    10,000 tasks with one run_at, command `true`, 16 workers: time
+           until all have started, against Python starting `true` with 16
+           in flight
+  scale    N tasks pending in future buckets (default 100,000; --scale
+           1000000 for the full case): daemon RSS, idle CPU, start-up to the
+           first dispatch, and lateness against an empty spool
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TASKQ = [sys.executable, "-m", "taskq"]
+ROWS: list[tuple[str, str, str, str]] = []
+
+
+def row(what: str, ours: str, ref: str = "", ratio: str = "") -> None:
+    ROWS.append((what, ours, ref, ratio))
+    print(f"  {what}: {ours}" + (f" vs {ref} ({ratio})" if ref else ""), flush=True)
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
+
+
+def ms(x: float) -> str:
+    return f"{x * 1e3:.1f} ms"
+
+
+def rate(n: int, seconds: float) -> str:
+    return f"{n / seconds:,.0f}/s"
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Spooled:
+    """A temporary spool with helpers to run taskq against it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.env = {**os.environ, "TASKQ_SPOOL": str(root)}
+
+    def run(self, *args: str, data: bytes | None = None) -> bytes:
+        return subprocess.run([*TASKQ, *args], env=self.env, input=data, check=True,
+                              capture_output=True).stdout
+
+    def daemon(self, *args: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([*TASKQ, "daemon", *args], env=self.env, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while not list(self.root.glob("run/*.status")):
+            if time.time() > deadline or proc.poll() is not None:
+                raise RuntimeError("the daemon did not start")
+            time.sleep(0.01)
+        return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(30)
+
+
+def wait_lines(path: Path, n: int, timeout: float) -> list[str]:
+    deadline = time.time() + timeout
+    while True:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= n or time.time() > deadline:
+            return lines
+        time.sleep(0.02)
+
+
+# -- submit -------------------------------------------------------------------
+
+
+def bench_submit(tmp: Path, quick: bool) -> None:
+    print("submit throughput (durable):", flush=True)
+    raw_n = 300 if quick else 1000
+    raw = _raw_durable(tmp / "raw", raw_n)
+    sp = Spooled(tmp / "submit")
+    n_single = 30 if quick else 100
+    t0 = time.perf_counter()
+    for i in range(n_single):
+        sp.run("submit", "--in", f"{1000 + i}m", "--", "true")
+    single = n_single / (time.perf_counter() - t0)
+    n_batch = 2000 if quick else 10_000
+    data = b"".join(json.dumps({"command": ["true"], "in": f"{2000 + i}m"}).encode() + b"\n"
+                    for i in range(n_batch))
+    t0 = time.perf_counter()
+    out = sp.run("submit", "--batch", "-", data=data)
+    batch = n_batch / (time.perf_counter() - t0)
+    assert len(out.split()) == n_batch
+    lib = _library_submits(tmp / "lib", 300 if quick else 1000)
+    hue = _huey_schedules(tmp, 500 if quick else 2000)
+    row("single `taskq submit` processes", f"{single:,.0f}/s", f"{raw:,.0f}/s raw fsync'd files",
+        f"{single / raw:.2f}x")
+    row("library submit(), one process", f"{lib:,.0f}/s", f"{raw:,.0f}/s raw fsync'd files",
+        f"{lib / raw:.2f}x")
+    row("`taskq submit --batch`", f"{batch:,.0f}/s", f"{single:,.0f}/s single submits",
+        f"{batch / single:.0f}x")
+    row("`taskq submit --batch`", f"{batch:,.0f}/s", f"{hue:,.0f}/s huey SqliteHuey schedule()",
+        f"{batch / hue:.2f}x")
+    row("library submit(), one process", f"{lib:,.0f}/s", f"{hue:,.0f}/s huey SqliteHuey schedule()",
+        f"{lib / hue:.2f}x")
+
+
+def _raw_durable(directory: Path, n: int) -> float:
+    """create + write + fsync + rename + fsync(dir): the floor of a durable file."""
+    (directory / "tmp").mkdir(parents=True)
+    (directory / "new").mkdir()
+    dfd = os.open(directory / "new", os.O_RDONLY)
+    t0 = time.perf_counter()
+    for i in range(n):
+        tmp = directory / "tmp" / str(i)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b'{"argv": ["true"]}\n' * 10)
+        os.fsync(fd)
+        os.close(fd)
+        os.rename(tmp, directory / "new" / str(i))
+        os.fsync(dfd)
+    elapsed = time.perf_counter() - t0
+    os.close(dfd)
+    return n / elapsed
+
+
+def _library_submits(root: Path, n: int) -> float:
+    from taskq.spool import Spool
+    from taskq.submit import submit
+    from taskq.task import TaskBody, new_id
+
+    spool = Spool(str(root))
+    spool.init()
+    t0 = time.perf_counter()
+    for i in range(n):
+        now = now_us()
+        submit(spool, TaskBody(new_id(now), ["true"], now + (3600 + i) * 1_000_000, now))
+    return n / (time.perf_counter() - t0)
+
+
+def _huey_schedules(tmp: Path, n: int) -> float:
+    env = {**os.environ, "BENCH_HUEY_DB": str(tmp / "sched.db"), "PYTHONPATH": str(HERE)}
+    code = (
+        "import time, huey_app\n"
+        f"t0 = time.perf_counter()\n"
+        f"for i in range({n}): huey_app.stamp.schedule(('/dev/null', 0.0), delay=3600 + i)\n"
+        f"print({n} / (time.perf_counter() - t0))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    return float(out.stdout)
+
+
+# -- lateness -----------------------------------------------------------------
+
+
+def bench_lateness(tmp: Path, quick: bool) -> None:
+    print("lateness of isolated tasks (start as the task sees it - run_at):", flush=True)
+    n = 15 if quick else 40
+    ours = _taskq_lateness(Spooled(tmp / "late"), n, tmp / "late-stamps")
+    theirs = _huey_lateness(tmp, n)
+    for label, f in (("p50", lambda x: pct(x, 0.5)), ("p99", lambda x: pct(x, 0.99)), ("max", max)):
+        a, b = f(ours), f(theirs)
+        row(f"lateness {label}", ms(a), f"{ms(b)} huey consumer", f"{b / a:.0f}x less late")
+    row("tasks started early", str(sum(x < 0 for x in ours)), f"{sum(x < 0 for x in theirs)} huey")
+
+
+def _taskq_lateness(sp: Spooled, n: int, stamps: Path) -> list[float]:
+    proc = sp.daemon()
+    try:
+        base = time.time() + 1.0
+        data = b"".join(
+            json.dumps({"command": ["sh", "-c", f'echo "{base + 0.2 * i:.6f} $(date +%s.%N)" >> {stamps}'],
+                        "run_at": base + 0.2 * i}).encode() + b"\n"
+            for i in range(n)
+        )
+        sp.run("submit", "--batch", "-", data=data)
+        lines = wait_lines(stamps, n, 30 + 0.2 * n)
+    finally:
+        stop(proc)
+    return [float(b) - float(a) for a, b in (line.split() for line in lines)]
+
+
+def _huey_lateness(tmp: Path, n: int) -> list[float]:
+    if shutil.which("huey_consumer") is None and not (Path(sys.executable).parent / "huey_consumer").exists():
+        raise SystemExit("huey is not installed: pip install '.[bench]'")
+    env = {**os.environ, "BENCH_HUEY_DB": str(tmp / "late.db"), "PYTHONPATH": str(HERE)}
+    stamps = tmp / "huey-stamps"
+    consumer = subprocess.Popen([str(Path(sys.executable).parent / "huey_consumer"), "huey_app.huey"],
+                                env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        base = time.time() + 1.0
+        code = (
+            "import datetime, huey_app\n"
+            f"for i in range({n}):\n"
+            f"    due = {base} + 0.2 * i\n"
+            "    eta = datetime.datetime.fromtimestamp(due, datetime.timezone.utc).replace(tzinfo=None)\n"
+            f"    huey_app.stamp.schedule(({str(stamps)!r}, due), eta=eta)\n"
+        )
+        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+        lines = wait_lines(stamps, n, 30 + 0.2 * n)
+    finally:
+        consumer.terminate()
+        consumer.wait(30)
+    return [float(b) - float(a) for a, b in (line.split() for line in lines)]
+
+
+# -- burst --------------------------------------------------------------------
+
+
+def bench_burst(tmp: Path, quick: bool) -> None:
+    n = 2000 if quick else 10_000
+    print(f"burst: {n:,} tasks with one run_at, `true`, 16 workers:", flush=True)
+    sp = Spooled(tmp / "burst")
+    run_at = time.time() + 5 + n / 4000
+    data = json.dumps({"command": ["true"], "run_at": run_at}).encode() + b"\n"
+    sp.run("submit", "--batch", "-", data=data * n)
+    proc = sp.daemon("--workers", "16")
+    try:
+        done = _wait_done(sp.root, n, 600)
+    finally:
+        stop(proc)
+    starts = _start_times(sp.root)
+    all_started = max(starts) - run_at
+    lateness = [s - run_at for s in starts]
+    raw = _python_parallel_true(n, 16)
+    ours = n / all_started
+    row(f"all {n:,} started after", f"{all_started:.2f} s ({ours:,.0f}/s)",
+        f"{n / raw:.2f} s ({raw:,.0f}/s) Python Popen, 16 in flight", f"{ours / raw:.2f}x")
+    row("burst lateness p50 / p99", f"{ms(pct(lateness, 0.5))} / {ms(pct(lateness, 0.99))}")
+    row("all done after", f"{done - run_at:.2f} s")
+
+
+def _wait_done(root: Path, n: int, timeout: float) -> float:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        count = sum(len(os.listdir(d)) for d in (root / "done").iterdir()) if (root / "done").exists() else 0
+        if count >= n:
+            return time.time()
+        time.sleep(0.05)
+    raise RuntimeError("the burst did not finish")
+
+
+def _start_times(root: Path) -> list[float]:
+    from taskq.timespec import parse_when
+
+    starts = []
+    for journal in (root / "logs").glob("*/journal"):
+        for line in journal.read_text().splitlines():
+            record = json.loads(line)
+            if record["event"] == "start":
+                starts.append(parse_when(record["time"], 0) / 1e6)
+    return starts
+
+
+def _python_parallel_true(n: int, width: int) -> float:
+    """How fast Python starts `true` with `width` processes in flight."""
+    t0 = time.perf_counter()
+    running: list[subprocess.Popen[bytes]] = []
+    for _ in range(n):
+        if len(running) >= width:
+            running.pop(0).wait()
+        running.append(subprocess.Popen(["true"]))
+    for p in running:
+        p.wait()
+    return n / (time.perf_counter() - t0)
+
+
+# -- scale --------------------------------------------------------------------
+
+
+def bench_scale(tmp: Path, quick: bool, n: int) -> None:
+    print(f"scale: {n:,} tasks pending in future buckets:", flush=True)
+    empty = _scale_case(Spooled(tmp / "empty"), 0, tmp / "e-stamps")
+    full = _scale_case(Spooled(tmp / "full"), n, tmp / "f-stamps")
+    row("fill rate (--batch, group commit)", rate(n, full["fill"]))
+    row("daemon RSS after start", f"{full['rss']:.0f} MB", f"{empty['rss']:.0f} MB empty spool",
+        f"{full['rss'] / empty['rss']:.2f}x")
+    row("daemon CPU while idle (10 s)", f"{full['cpu'] * 100:.2f}%", f"{empty['cpu'] * 100:.2f}% empty",
+        "")
+    row("start-up to first dispatch", f"{full['first']:.3f} s", f"{empty['first']:.3f} s empty",
+        f"{full['first'] / empty['first']:.2f}x")
+    row("due-task lateness p50", ms(full["late"]), f"{ms(empty['late'])} empty",
+        f"{full['late'] / empty['late']:.2f}x")
+
+
+def _scale_case(sp: Spooled, n: int, stamps: Path) -> dict[str, float]:
+    fill = _fill(sp, n)
+    due = time.time() - 1
+    sp.run("submit", "--at", f"@{due:.6f}", "--", "sh", "-c", f"date +%s.%N >> {stamps}.first")
+    t0 = time.time()
+    proc = sp.daemon()
+    try:
+        first_line = wait_lines(Path(f"{stamps}.first"), 1, 30)
+        first = float(first_line[0]) - t0
+        time.sleep(2)
+        rss = _rss_mb(proc.pid)
+        cpu0 = _cpu_seconds(proc.pid)
+        time.sleep(10)
+        cpu = (_cpu_seconds(proc.pid) - cpu0) / 10
+        base = time.time() + 1
+        for i in range(10):
+            at = base + 0.2 * i
+            sp.run("submit", "--at", f"@{at:.6f}", "--", "sh", "-c", f'echo "{at:.6f} $(date +%s.%N)" >> {stamps}')
+        lines = wait_lines(stamps, 10, 30)
+    finally:
+        stop(proc)
+    late = statistics.median(float(b) - float(a) for a, b in (line.split() for line in lines))
+    return {"fill": fill, "rss": rss, "cpu": cpu, "first": first, "late": late}
+
+
+def _fill(sp: Spooled, n: int) -> float:
+    """Put n tasks into future buckets, spread over 30 days, with --batch."""
+    t0 = time.perf_counter()
+    chunk = 50_000
+    start = time.time() + 86400
+    for lo in range(0, n, chunk):
+        data = b"".join(
+            json.dumps({"command": ["true"], "run_at": start + (i * 30 * 86400 / n)}).encode() + b"\n"
+            for i in range(lo, min(n, lo + chunk))
+        )
+        sp.run("submit", "--batch", "-", data=data)
+    return time.perf_counter() - t0 if n else 1.0
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- main ---------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument("--scale", type=int, default=100_000, help="pending tasks for the scale case")
+    parser.add_argument("--only", nargs="*", choices=["submit", "lateness", "burst", "scale"])
+    args = parser.parse_args()
+    sections: dict[str, Callable[[Path], None]] = {
+        "submit": lambda t: bench_submit(t, args.quick),
+        "lateness": lambda t: bench_lateness(t, args.quick),
+        "burst": lambda t: bench_burst(t, args.quick),
+        "scale": lambda t: bench_scale(t, args.quick, args.scale),
+    }
+    with tempfile.TemporaryDirectory(prefix="taskq-bench-") as tmp:
+        for name, section in sections.items():
+            if args.only and name not in args.only:
+                continue
+            directory = Path(tmp) / name
+            directory.mkdir()
+            section(directory)
+    print()
+    print(f"taskq benchmark, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    widths = [max(len(r[i]) for r in ROWS) for i in range(4)]
+    header = ("measure", "taskq", "reference (same machine, same run)", "ratio")
+    widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]
+    for r in (header, *ROWS):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+if __name__ == "__main__":
+    main()
