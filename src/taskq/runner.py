@@ -12,6 +12,7 @@ an attempt twice merely because the daemon crashed.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import pwd
 import signal
@@ -48,15 +49,20 @@ class Spawned:
     proc_start: int | None
 
 
+@functools.cache
+def _identity(uid: int) -> dict[str, str]:
+    """HOME, USER, LOGNAME and SHELL for a user, as login would set them."""
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return {"SHELL": SH}
+    return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name, "SHELL": SH}
+
+
 def task_env(body: TaskBody, name: TaskName, spool_root: str) -> dict[str, str]:
     """The child's environment: the body's env, identity, and TASKQ_* facts."""
     env = dict(body.env)
-    try:
-        pw = pwd.getpwuid(os.getuid())
-        ident = {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name}
-    except KeyError:
-        ident = {}
-    for k, v in {**ident, "SHELL": SH}.items():
+    for k, v in _identity(os.getuid()).items():
         env.setdefault(k, v)
     env.update(
         TASKQ_ID=body.id,
@@ -106,13 +112,19 @@ def spawn(body: TaskBody, name: TaskName, log_dir: str, env: dict[str, str]) -> 
 def _stdin_fd(data: bytes | None) -> int:
     """An fd reading the payload from its start, or /dev/null."""
     if data is None:
-        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        return os.dup(_devnull())
     fd = os.memfd_create("taskq-stdin", os.MFD_CLOEXEC)
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+@functools.cache
+def _devnull() -> int:
+    """One /dev/null descriptor for the daemon's life; each child gets a dup."""
+    return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 
 
 def proc_start_time(pid: int) -> int | None:

@@ -16,7 +16,9 @@ from taskq import fsutil
 from taskq.spool import Spool
 from taskq.task import TaskBody, TaskName
 
-_PUBLISH_TRIES = 50
+_PUBLISH_TRIES = (
+    1000  # a daemon removes a bucket at most once a rescan; 1000 losses in a row is no race
+)
 
 
 def submit(spool: Spool, body: TaskBody) -> tuple[TaskName, bool]:

@@ -75,7 +75,8 @@ def check_queue(text: str) -> str:
 
 def bucket_of(run_at: int) -> str:
     """Name the pending bucket of an instant: its UTC minute, YYYYMMDDHHMM."""
-    return format_compact(run_at)[:8] + format_compact(run_at)[9:13]
+    compact = format_compact(run_at)
+    return compact[:8] + compact[9:13]
 
 
 def valid_bucket(name: str) -> bool:

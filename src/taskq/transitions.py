@@ -17,7 +17,7 @@ from taskq import fsutil
 from taskq.spool import Located, Spool
 from taskq.task import ClaimName, TaskName, day_of
 
-_MOVE_TRIES = 50
+_MOVE_TRIES = 1000
 
 
 @dataclass(frozen=True)
