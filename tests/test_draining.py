@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -83,3 +84,34 @@ def test_queue_limit_caps_concurrency(tq: Taskq, start_daemon: StartDaemon, tmp_
 def test_bad_queue_limit_is_refused(tq: Taskq) -> None:
     proc = tq.run("daemon", "--queue-limit", "slow", check=False)
     assert proc.returncode == 2 and b"bad --queue-limit" in proc.stderr
+
+
+def test_daemons_share_a_burst_instead_of_hoarding(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    """Each daemon claims only what its free workers can start."""
+    log = tmp_path / "log"
+    first = start_daemon("--workers", "1", "--host-id", "one")
+    start_daemon("--workers", "1", "--host-id", "two")
+    due = time.time_ns() // 1000 + SECOND
+    ids = [put(tq, "default", due, log_line(log, "sleep 0.4;")) for _ in range(6)]
+    peak: dict[str, int] = {}
+    deadline = time.monotonic() + 30
+    while len(lines(log)) < 6:
+        assert time.monotonic() < deadline, "the burst did not finish"
+        for entry in (tq.spool / "claimed").iterdir():
+            host = entry.name.rsplit("_", 1)[1]
+            count = sum(1 for e in (tq.spool / "claimed").iterdir() if e.name.endswith("_" + host))
+            peak[host] = max(peak.get(host, 0), count)
+        time.sleep(0.01)
+    assert max(peak.values()) == 1, peak
+    hosts = [
+        next(
+            r["host"]
+            for r in json.loads(tq.run("show", "--json", i).stdout)["attempts"]
+            if r["event"] == "start"
+        )
+        for i in ids
+    ]
+    assert hosts.count("one") >= 2 and hosts.count("two") >= 2, hosts
+    assert first.proc.poll() is None
