@@ -25,7 +25,8 @@ TASKQ = [sys.executable, "-m", "taskq"]
 def quantiles(xs: list[float]) -> str:
     xs = sorted(xs)
     p99 = xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))]
-    return f"p50 {statistics.median(xs) * 1e3:7.2f} ms  p99 {p99 * 1e3:7.2f} ms  max {xs[-1] * 1e3:7.2f} ms"
+    p50 = statistics.median(xs)
+    return f"p50 {p50 * 1e3:7.2f} ms  p99 {p99 * 1e3:7.2f} ms  max {xs[-1] * 1e3:7.2f} ms"
 
 
 def main() -> None:

@@ -112,8 +112,9 @@ def tq(tmp_path: Path) -> Taskq:
 def start_daemon(tq: Taskq, tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     started: list[Daemon] = []
 
-    def start(*args: str) -> Daemon:
-        d = Daemon(tq, tmp_path / f"daemon{len(started)}.log", "--host-id", "testhost", *args)
+    def start(*args: str, host: str = "testhost", env: dict[str, str] | None = None) -> Daemon:
+        log = tmp_path / f"daemon{len(started)}-{host}.log"
+        d = Daemon(tq, log, "--host-id", host, *args, env=env)
         started.append(d)
         return d
 

@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,9 +38,8 @@ def events(doc: dict, name: str) -> list[dict]:
 
 
 @pytest.fixture
-def start_host(tq: Taskq, tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+def start_host(start_daemon: StartDaemon) -> StartDaemon:
     """Start daemons acting as other hosts; under libfaketime when skew is given."""
-    started: list[Daemon] = []
 
     def start(host: str, *args: str, skew: str | None = None) -> Daemon:
         env = None
@@ -48,14 +47,9 @@ def start_host(tq: Taskq, tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
             env = {"LD_PRELOAD": str(LIBFAKETIME)}
             if skew:
                 env["FAKETIME"] = skew
-        d = Daemon(tq, tmp_path / f"daemon-{host}.log", "--host-id", host, *args, env=env)
-        started.append(d)
-        return d
+        return start_daemon(*args, host=host, env=env)
 
-    yield start
-    for d in started:
-        if d.proc.poll() is None:
-            d.kill()
+    return start
 
 
 def real_stamp(stamps: Path, extra: str = "") -> list[str]:

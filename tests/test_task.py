@@ -154,3 +154,9 @@ def test_wrong_field_types_are_corrupt(field: str, value: object) -> None:
     doc[field] = value
     with pytest.raises(CorruptFile):
         TaskBody.from_json(json.dumps(doc).encode())
+
+
+def test_ids_of_one_process_only_increase() -> None:
+    same_ms = [new_id(1_800_000_000_000_000) for _ in range(1000)]
+    assert same_ms == sorted(same_ms) and len(set(same_ms)) == 1000
+    assert new_id(5) > same_ms[-1]  # even if the clock goes back

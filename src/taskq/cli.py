@@ -292,7 +292,7 @@ def _init(spool: Spool) -> None:
     default="7d",
     show_default=True,
     metavar="DURATION",
-    help="Prune done/ days older than this (hourly), as taskq gc does.",
+    help="Prune done/ days older than this (hourly), as taskq gc does; 'never' keeps all.",
 )
 @click.option(
     "--shutdown-grace",
@@ -324,7 +324,7 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
         kill_grace=parse_duration(opts["kill_grace"]),
         shutdown_grace=parse_duration(opts["shutdown_grace"]),
         queue_limits=_queue_limits(opts["queue_limit"]),
-        keep_done=parse_duration(opts["keep_done"]),
+        keep_done=None if opts["keep_done"] == "never" else parse_duration(opts["keep_done"]),
     )
     spool = _spool(ctx)
     _init(spool)
@@ -435,15 +435,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(records, indent=1))
         return
+    from taskq.render import daemon_line
+
     for r in records:
-        state = "dispatching" if r.get("dispatching") else f"NOT dispatching ({r.get('reason')})"
-        if r.get("alive") is False:
-            state = "NOT running (stale record of a daemon that died)"
-        click.echo(
-            f"{r.get('owner')}: {state}; clock uncertainty {r.get('uncertainty', 0):.6f}s "
-            f"(offset {r.get('offset', 0):+.6f}s, max {r.get('max_uncertainty')}s); "
-            f"{r.get('busy')}/{r.get('workers')} workers busy; updated {r.get('updated_at')}"
-        )
+        click.echo(daemon_line(r))
 
 
 @cli.command()

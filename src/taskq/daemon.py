@@ -58,7 +58,7 @@ class Config:
     max_uncertainty: int = 2 * SECOND  # above it, stop dispatching
     clock_check: int = 10 * SECOND  # how often to measure the clock offset
     tmp_max_age: int = HOUR
-    keep_done: int = 7 * DAY  # done/ retention, applied hourly
+    keep_done: int | None = 7 * DAY  # done/ retention, applied hourly; None keeps all
 
 
 @dataclass
@@ -366,7 +366,7 @@ class Daemon:
             self._quarantine(path, reason, now)
         if safety:
             clean_tmp(self.spool, now, self.cfg.tmp_max_age)
-        if mono >= self.next_gc:
+        if self.cfg.keep_done is not None and mono >= self.next_gc:
             self.next_gc = mono + HOUR / SECOND
             found = gc.collect(self.spool, now, self.cfg.keep_done)
             if found.tasks:

@@ -42,35 +42,43 @@ def collect(spool: Spool, now: int, older_than: int, dry_run: bool = False) -> R
             continue
         report.days += 1
         directory = os.path.join(spool.done, day)
-        for entry in fsutil.listdir(directory):
-            _remove_task(spool, os.path.join(directory, entry), entry, report, dry_run)
-        if not dry_run:
-            try:
-                os.rmdir(directory)
-            except OSError:
-                pass  # something not ours is in it; leave it for fsck
+        tasks = [(os.path.join(directory, e), e) for e in fsutil.listdir(directory)]
+        # Keys go first, and durably: a key must never name a task that is
+        # gone (a later submit would be told that id), while a task that
+        # outlives its key after a crash is harmless.
+        keys = [k for path, entry in tasks if (k := _key_of(spool, path, entry)) is not None]
+        report.keys += len(keys)
+        report.tasks += sum(1 for _, entry in tasks if _is_task(entry))
+        if dry_run:
+            continue
+        for key in keys:
+            _unlink(key)
+        fsutil.syncfs(spool.root)
+        for path, entry in tasks:
+            if _is_task(entry):
+                shutil.rmtree(spool.log_dir(TaskName.parse(entry).id), ignore_errors=True)
+                _unlink(path)
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass  # something not ours is in it; leave it for the operator
     return report
 
 
-def _remove_task(spool: Spool, path: str, entry: str, report: Report, dry_run: bool) -> None:
+def _is_task(entry: str) -> bool:
+    try:
+        TaskName.parse(entry)
+    except ValueError:
+        return False
+    return True
+
+
+def _key_of(spool: Spool, path: str, entry: str) -> str | None:
+    """The key file that binds a key to this task, if any."""
     try:
         name = TaskName.parse(entry)
     except ValueError:
-        return
-    report.tasks += 1
-    key = _key_naming(spool, path, name)
-    if key is not None:
-        report.keys += 1
-    if dry_run:
-        return
-    if key is not None:
-        _unlink(key)
-    shutil.rmtree(spool.log_dir(name.id), ignore_errors=True)
-    _unlink(path)
-
-
-def _key_naming(spool: Spool, path: str, name: TaskName) -> str | None:
-    """The key file that binds a key to this task, if any."""
+        return None
     try:
         body = spool.read_body(path)
     except Exception:

@@ -86,14 +86,15 @@ def check(spool: Spool, limits: Limits, now: int, adding: int = 1) -> None:
             )
         if st.f_favail < limits.min_free_inodes + adding:
             raise TempFail(
-                f"spool is full: {st.f_favail} inodes free, below limits.min_free_inodes = "
-                f"{limits.min_free_inodes}; try again later"
+                f"spool is full: {st.f_favail} inodes free for {adding} task(s), "
+                f"limits.min_free_inodes = {limits.min_free_inodes}; try again later"
             )
     if limits.max_overdue:
         overdue = count_overdue(spool, now, stop_after=limits.max_overdue)
         if overdue + adding > limits.max_overdue:
+            count = f"more than {limits.max_overdue}" if overdue > limits.max_overdue else overdue
             raise TempFail(
-                f"spool is over its backlog limit: {overdue} tasks overdue, "
+                f"spool is over its backlog limit: {count} tasks overdue, "
                 f"limits.max_overdue = {limits.max_overdue}; try again later"
             )
 

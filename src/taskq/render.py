@@ -85,15 +85,20 @@ def stats_text(doc: dict[str, Any]) -> str:
             f"{k} {format_duration(round(late[k] * SECOND))}" for k in ("p50", "p90", "p99", "max")
         )
         out.append(f"lateness of the last {late['attempts']} attempts: {parts}")
-    for r in doc["daemons"]:
-        state = "dispatching" if r.get("dispatching") else f"NOT dispatching ({r.get('reason')})"
-        if r.get("alive") is False:
-            state = "NOT running"
-        out.append(
-            f"daemon {r.get('owner')}: {state}; clock uncertainty "
-            f"{r.get('uncertainty', 0):.6f}s; {r.get('busy')}/{r.get('workers')} workers busy"
-        )
+    out.extend(f"daemon {daemon_line(r)}" for r in doc["daemons"])
     return "\n".join(out)
+
+
+def daemon_line(r: dict[str, Any]) -> str:
+    """One daemon's health record on one line, as `taskq status` prints it."""
+    state = "dispatching" if r.get("dispatching") else f"NOT dispatching ({r.get('reason')})"
+    if r.get("alive") is False:
+        state = "NOT running (stale record of a daemon that died)"
+    return (
+        f"{r.get('owner')}: {state}; clock uncertainty {r.get('uncertainty', 0):.6f}s "
+        f"(offset {r.get('offset', 0):+.6f}s, max {r.get('max_uncertainty')}s); "
+        f"{r.get('busy')}/{r.get('workers')} workers busy; updated {r.get('updated_at')}"
+    )
 
 
 def describe(doc: dict[str, Any]) -> str:

@@ -93,10 +93,12 @@ def _place(spool: Spool, tmp: str, name: TaskName) -> bool:
 def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, bool]]:
     """Submit many tasks with group commit: three syncs for the whole batch.
 
-    Bodies (and key staging files) are written unsynced and made durable by
-    one syncfs; keys are bound and synced; then every body is renamed into
-    its bucket and one last syncfs makes the renames durable. Nothing is
-    acknowledged before that. On failure, what was published is withdrawn.
+    Bodies are written unsynced and made durable by one syncfs; keys are
+    bound (staging file, then link) and a second syncfs makes them durable;
+    then every body is renamed into its bucket and a last syncfs makes the
+    renames durable. Nothing is acknowledged before that. On failure, what
+    was published is withdrawn, with its key; a task a daemon has already
+    claimed cannot be withdrawn and keeps its key.
     """
     names = [TaskName(b.run_at, b.id, 1, b.queue) for b in bodies]
     results: list[tuple[TaskName, bool] | None] = [None] * len(bodies)
@@ -111,7 +113,7 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
                 first_of_key[body.key] = i
             todo.append(i)
     tmps = {i: os.path.join(spool.tmp, f"{bodies[i].id}.task") for i in todo}
-    bound: list[str] = []
+    bound: dict[int, str] = {}
     try:
         for i in todo:
             fsutil.write_new(tmps[i], bodies[i].to_json(), sync=False)
@@ -120,7 +122,7 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
         for i in keyed:
             existing = _bind_key(spool, str(bodies[i].key), names[i], sync=False)
             if existing is None:
-                bound.append(key_path(spool, str(bodies[i].key)))
+                bound[i] = key_path(spool, str(bodies[i].key))
             else:
                 results[i] = (existing, False)
                 os.unlink(tmps[i])
@@ -135,9 +137,8 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
             results[i] = (results[first] or (names[first], True))[0], False
     except OSError as e:
         for i in todo:
-            _withdraw(spool, tmps[i], names[i])
-        for path in bound:
-            _discard(path)
+            if _withdraw(spool, tmps[i], names[i]) and i in bound:
+                _discard(bound[i])
         raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
     spool.ring()
     return [r for r in results if r is not None]

@@ -40,9 +40,19 @@ _CLAIM_NAME = re.compile(
 )
 
 
+_last_id = 0
+
+
 def new_id(now_us: int) -> str:
-    """Make a ULID-style id: 48 bits of milliseconds, 80 random bits, base32."""
+    """Make a ULID-style id: 48 bits of milliseconds, 80 random bits, base32.
+
+    Ids made by one process only ever increase (within a millisecond the
+    previous one plus one), so the tasks of a batch keep their input order.
+    """
+    global _last_id
     value = ((now_us // 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+    value = max(value, _last_id + 1)
+    _last_id = value
     return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
 
 
