@@ -27,6 +27,7 @@ from taskq import fsutil, gc, journal, runner, status, transitions
 from taskq.clock import Clock
 from taskq.dueindex import DueIndex
 from taskq.errors import CorruptFile
+from taskq.notify import Notifier
 from taskq.spool import Spool
 from taskq.submit import clean_tmp
 from taskq.task import ClaimName, TaskBody
@@ -97,6 +98,9 @@ class Daemon:
         self.last_renew = float("-inf")  # the first iteration renews and scans claims
         self.next_clock_check = 0.0
         self.next_gc = 0.0
+        self.notify = Notifier()
+        self.told_ready = self.told_stopping = False
+        self.next_status = self.next_watchdog = 0.0
         self.last_mono = time.monotonic()
         self.clock_ok = True
         self.started_at = self.clock.now()
@@ -122,6 +126,8 @@ class Daemon:
             while not self._finished():
                 self._guarded_iteration()
         finally:
+            if not self.told_stopping:
+                self.notify.send("STOPPING=1")
             if observer is not None:
                 observer.stop()
             status.remove(self.spool.run, self._owner_name)
@@ -295,7 +301,35 @@ class Daemon:
                 self._dispatch(now)
         self._commit()
         self._start_claimed()
+        self._tell_systemd()
         self._wait(self._timeout())
+
+    def _tell_systemd(self) -> None:
+        """READY=1 once dispatching, STATUS= as it changes, WATCHDOG=1, STOPPING=1."""
+        if not self.notify.enabled:
+            return
+        mono = time.monotonic()
+        if self.stopping:
+            if not self.told_stopping:
+                self.notify.send("STOPPING=1", "STATUS=stopping: waiting for running attempts")
+                self.told_stopping = True
+        elif self.clock_ok and not self.told_ready:
+            self.notify.send("READY=1", f"STATUS={self._status_text()}")
+            self.told_ready = True
+        elif mono >= self.next_status:
+            self.notify.status(self._status_text())
+            self.next_status = mono + 1.0
+        interval = self.notify.watchdog_interval
+        if interval is not None and mono >= self.next_watchdog:
+            self.notify.send("WATCHDOG=1")
+            self.next_watchdog = mono + interval
+
+    def _status_text(self) -> str:
+        busy = f"{len(self._attempts())}/{self.cfg.workers} workers busy"
+        if not self.clock_ok:
+            eps = format_duration(self.clock.uncertainty())
+            return f"NOT dispatching: clock uncertainty {eps} over the maximum; {busy}"
+        return f"dispatching; {busy}; {len(self.index)} task(s) due soon"
 
     def _commit(self) -> None:
         """Make this iteration's renames durable at once (group commit)."""
@@ -307,6 +341,8 @@ class Daemon:
         """Seconds to sleep: until the next due task, renewal, rescan or kill."""
         mono = time.monotonic()
         deadlines = [self.last_renew + self.cfg.lease / 3 / SECOND, self.next_clock_check]
+        if self.notify.watchdog_interval is not None:
+            deadlines.append(self.next_watchdog)
         if self.stopping:
             deadlines.append(self.stop_deadline)
         else:
