@@ -295,6 +295,23 @@ def _init(spool: Spool) -> None:
     help="Prune done/ days older than this (hourly), as taskq gc does; 'never' keeps all.",
 )
 @click.option(
+    "--detach",
+    is_flag=True,
+    help="Run in the background (double fork, new session); log to --log-file or syslog.",
+)
+@click.option(
+    "--pidfile",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Write the pid to FILE and hold FILE.lock: a second daemon with it refuses to start.",
+)
+@click.option(
+    "--log-file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Append log lines to FILE (SIGHUP reopens it) instead of stderr.",
+)
+@click.option(
     "--shutdown-grace",
     default="10s",
     show_default=True,
@@ -303,14 +320,11 @@ def _init(spool: Spool) -> None:
 )
 @click.pass_context
 def daemon(ctx: click.Context, /, **opts: Any) -> None:
-    """Run due tasks in the foreground until SIGTERM or SIGINT."""
-    import logging
-
+    """Run due tasks until SIGTERM or SIGINT (in the foreground unless --detach)."""
+    from taskq import logsetup
     from taskq.daemon import Config, Daemon
+    from taskq.detach import PidFile, detach
 
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.INFO, format="taskq[%(process)d]: %(message)s"
-    )
     cfg = Config(
         workers=opts["workers"],
         lease=_positive_duration("--lease", opts["lease"]) or 0,
@@ -328,7 +342,28 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
     )
     spool = _spool(ctx)
     _init(spool)
-    sys.exit(Daemon(spool, cfg).run())
+    log_file = os.path.abspath(opts["log_file"]) if opts["log_file"] else None
+    syslog = opts["detach"] and log_file is None
+    if syslog and not os.path.exists("/dev/log"):
+        raise BadInput("--detach needs --log-file here: there is no /dev/log for syslog")
+    pidfile = PidFile(opts["pidfile"]) if opts["pidfile"] else None
+    if pidfile is not None:
+        pidfile.check()  # refuse in the foreground, where the message is seen
+    if opts["detach"]:
+        detach()
+    handler = logsetup.setup(log_file, syslog)
+    try:
+        if pidfile is not None:
+            pidfile.acquire()
+        status = Daemon(spool, cfg, on_hup=lambda: logsetup.reopen(handler)).run()
+    except Exception as e:
+        # Detached, stderr is /dev/null: the log is the only place an error shows.
+        logsetup.fatal(e)
+        raise
+    finally:
+        if pidfile is not None:
+            pidfile.release()
+    sys.exit(status)
 
 
 def _queue_limits(pairs: tuple[str, ...]) -> dict[str, int]:

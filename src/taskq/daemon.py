@@ -81,8 +81,16 @@ class Running:
 class Daemon:
     """One scheduler and worker pool over one spool."""
 
-    def __init__(self, spool: Spool, config: Config, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        spool: Spool,
+        config: Config,
+        clock: Clock | None = None,
+        on_hup: Callable[[], None] = lambda: None,
+    ) -> None:
         self.spool = spool
+        self.on_hup = on_hup
+        self.hup = False
         self.cfg = config
         self.clock = clock or Clock(config.clock_margin, config.max_uncertainty)
         self.owner = Owner(config.host_id, os.getpid())
@@ -236,7 +244,10 @@ class Daemon:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
-        signal.signal(signal.SIGHUP, lambda *_: None)
+        signal.signal(signal.SIGHUP, self._on_hup)
+
+    def _on_hup(self, signum: int, _frame: Any) -> None:
+        self.hup = True
 
     def _on_stop(self, signum: int, _frame: Any) -> None:
         if not self.stopping:
@@ -287,6 +298,10 @@ class Daemon:
             time.sleep(1)
 
     def _iteration(self) -> None:
+        if self.hup:
+            self.hup = False
+            self.on_hup()
+            log.info("SIGHUP: reopened the log file")
         now = self.clock.now()
         self._guard_monotonic()
         if time.monotonic() >= self.next_clock_check:
