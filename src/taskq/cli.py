@@ -20,7 +20,7 @@ import click
 from taskq import __version__, fsutil
 from taskq.clock import wall_us
 from taskq.config import default_host_id, default_spool
-from taskq.errors import BadInput, Conflict, TaskqError
+from taskq.errors import BadInput, Conflict, NotFound, TaskqError
 from taskq.spool import STATES, Located, Spool
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
@@ -431,29 +431,35 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 @click.option(
     "--attempt", type=click.IntRange(1), help="Which attempt [default: the latest with output]."
 )
+@click.option(
+    "-f", "--follow", is_flag=True, help="Keep printing output as it comes, until the attempt ends."
+)
 @click.pass_context
-def logs(ctx: click.Context, task_id: str, attempt: int | None) -> None:
+def logs(ctx: click.Context, task_id: str, attempt: int | None, follow: bool) -> None:
     """Print the output (stdout and stderr) of an attempt."""
+    from taskq import operations
+
     spool = _spool(ctx)
     log_dir = spool.log_dir(task_id)
+
+    def write(data: bytes) -> None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
+    if follow:
+        operations.follow(spool, task_id, attempt, write)
+        return
     if attempt is None:
-        attempt = _latest_attempt(spool, log_dir, task_id)
+        attempt = operations.latest_attempt(log_dir)
+        if attempt is None:
+            spool.locate(task_id)
+            raise Conflict(f"task {check_id(task_id)} has not run yet")
     try:
         with open(os.path.join(log_dir, f"{attempt}.out"), "rb") as f:
-            sys.stdout.buffer.write(f.read())
+            write(f.read())
     except FileNotFoundError:
         spool.locate(task_id)
         raise Conflict(f"task {check_id(task_id)} has no output for attempt {attempt}") from None
-
-
-def _latest_attempt(spool: Spool, log_dir: str, task_id: str) -> int:
-    numbers = [
-        int(n[:-4]) for n in fsutil.listdir(log_dir) if n.endswith(".out") and n[:-4].isdigit()
-    ]
-    if not numbers:
-        spool.locate(task_id)
-        raise Conflict(f"task {check_id(task_id)} has not run yet")
-    return max(numbers)
 
 
 @cli.command()
@@ -514,40 +520,109 @@ def gc(ctx: click.Context, older_than: str, dry_run: bool) -> None:
     )
 
 
-# -- cancel ------------------------------------------------------------------
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Report what is wrong; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.pass_context
+def fsck(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """Check the spool's structure and permissions; quarantine and repair what is bad."""
+    from taskq import fsck as checker
+
+    spool = _spool(ctx)
+    if not os.path.isdir(spool.root):
+        raise NotFound(f"no spool at {spool.root}")
+    report = checker.check(spool, wall_us(), dry_run)
+    if as_json:
+        doc = {"problems": report.problems, "fixed": report.fixed, "findings": report.lines}
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        for line in report.lines:
+            click.echo(line)
+        click.echo(f"fsck: {report.problems} problem(s), {report.fixed} fixed")
+    sys.exit(0 if report.problems == report.fixed else 1)
+
+
+# -- changing tasks --------------------------------------------------------
 
 
 @cli.command()
 @click.argument("task_id", metavar="ID")
 @click.pass_context
 def cancel(ctx: click.Context, task_id: str) -> None:
-    """Cancel a pending task, or one claimed but not yet started."""
-    from taskq import journal, transitions
+    """Cancel a task: pending and claimed ones never start, a running one is stopped."""
+    from taskq import operations
+
+    found = operations.cancel(_spool(ctx), task_id)
+    if found.state == "running":
+        click.echo(f"cancelled {found.name.id} (running: its daemon stops it, TERM then KILL)")
+    else:
+        click.echo(f"cancelled {found.name.id}")
+
+
+def _when(at: str | None, in_: str | None, now: int) -> int:
+    if at is not None and in_ is not None:
+        raise BadInput("give --at or --in, not both")
+    if at is not None:
+        return parse_when(at, now)
+    if in_ is not None:
+        return now + parse_duration(in_)
+    return now
+
+
+@cli.command()
+@click.argument("task_id", metavar="ID")
+@click.option("--at", "at", metavar="WHEN", help="The new run time.")
+@click.option("--in", "in_", metavar="DURATION", help="The new run time, from now.")
+@click.pass_context
+def reschedule(ctx: click.Context, task_id: str, at: str | None, in_: str | None) -> None:
+    """Move a pending task to another run time (a claim racing it wins or loses whole)."""
+    from taskq import operations
+
+    if at is None and in_ is None:
+        raise BadInput("give --at WHEN or --in DURATION")
+    name = operations.reschedule(_spool(ctx), task_id, _when(at, in_, wall_us()))
+    click.echo(f"rescheduled {name.id} to {format_iso(name.run_at)}")
+
+
+@cli.command()
+@click.argument("task_id", metavar="ID")
+@click.option("--at", "at", metavar="WHEN", help="Run the new attempt then [default: now].")
+@click.option("--in", "in_", metavar="DURATION", help="Run the new attempt after DURATION.")
+@click.pass_context
+def retry(ctx: click.Context, task_id: str, at: str | None, in_: str | None) -> None:
+    """Move a failed task back to pending, with a fresh budget of attempts."""
+    from taskq import operations
+
+    name = operations.retry(_spool(ctx), task_id, _when(at, in_, wall_us()))
+    click.echo(f"retrying {name.id} as attempt {name.attempt} at {format_iso(name.run_at)}")
+
+
+@cli.command()
+@click.argument("task_ids", metavar="ID...", nargs=-1, required=True)
+@click.option("--timeout", metavar="DURATION", help="Give up after DURATION (exit 124).")
+@click.pass_context
+def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: str | None) -> None:
+    """Wait until the tasks end; print how each ended; exit as the EXIT STATUS table says."""
+    from taskq import operations
+    from taskq.errors import EX_CANCELLED, EX_EXPIRED, EX_WAIT_TIMEOUT
 
     spool = _spool(ctx)
-    for _ in range(5):
-        found = spool.locate(task_id)
-        if found.state not in ("pending", "claimed"):
-            raise Conflict(
-                f"task {found.name.id} is {found.state}; "
-                "only pending or claimed tasks can be cancelled"
-            )
-        try:
-            dest = transitions.cancel(spool, found)
-        except FileNotFoundError:
-            continue  # it moved under us; look again
-        fsutil.fsync_dir(os.path.dirname(found.path))
-        fsutil.fsync_dir(os.path.dirname(dest))
-        journal.append(
-            spool.log_dir(found.name.id),
-            "cancelled",
-            wall_us(),
-            attempt=found.name.attempt,
-            by_pid=os.getpid(),
+    seconds = None if timeout is None else parse_duration(timeout) / 1e6
+    results = []
+    for found in operations.wait(spool, list(task_ids), seconds):
+        how, status = operations.outcome(spool, found)
+        results.append((how, status))
+        click.echo(
+            f"{found.name.id} {how}" + (f" (exit status {status})" if how == "failed" else "")
         )
-        click.echo(f"cancelled {found.name.id}")
-        return
-    raise Conflict(f"task {check_id(task_id)} keeps changing state; try again")
+    if len(results) < len(set(check_id(t) for t in task_ids)):
+        click.echo("taskq: wait timed out", err=True)
+        sys.exit(EX_WAIT_TIMEOUT)
+    if len(results) == 1:
+        how, status = results[0]
+        codes = {"done": 0, "cancelled": EX_CANCELLED, "expired": EX_EXPIRED}
+        sys.exit(codes.get(how, status or 1))
+    sys.exit(0 if all(how == "done" for how, _ in results) else 1)
 
 
 # -- entry point -------------------------------------------------------------

@@ -30,7 +30,7 @@ from taskq.errors import CorruptFile
 from taskq.notify import Notifier
 from taskq.spool import Spool
 from taskq.submit import clean_tmp
-from taskq.task import ClaimName, TaskBody
+from taskq.task import ClaimName, TaskBody, TaskName
 from taskq.timespec import DAY, HOUR, MS, SECOND, format_duration, format_iso, parse_when
 from taskq.transitions import Owner
 
@@ -106,6 +106,7 @@ class Daemon:
         self.last_renew = float("-inf")  # the first iteration renews and scans claims
         self.next_clock_check = 0.0
         self.next_gc = 0.0
+        self.claims_changed = False
         self.notify = Notifier()
         self.told_ready = self.told_stopping = False
         self.next_status = self.next_watchdog = 0.0
@@ -307,6 +308,9 @@ class Daemon:
         if time.monotonic() >= self.next_clock_check:
             self._check_clock(now)
         self._reap(now)
+        if self.claims_changed:
+            self.claims_changed = False
+            self._check_claims(now)
         self._poll_adopted(now)
         self._enforce_timeouts()
         self._renew_leases(now)
@@ -387,6 +391,7 @@ class Daemon:
                 pass
             if key.data == "doorbell":
                 self.rescan_wanted = True
+                self.claims_changed = True
 
     def _free_slots(self) -> int:
         return self.cfg.workers - len(self.children) - len(self.adopted) - len(self.to_start)
@@ -455,10 +460,12 @@ class Daemon:
             reason = f"body id {body.id} does not match the file name"
             self._quarantine(transitions.claim_path(self.spool, held), reason, now)
             return
-        if body.expires is not None and now > body.run_at + body.expires:
-            self._note(held, "expired", now, deadline=format_iso(body.run_at + body.expires))
-            self._finish(held, "failed", now)
-            return
+        if body.expires is not None:
+            deadline = self._scheduled(body, held.task) + body.expires
+            if now > deadline:
+                self._note(held, "expired", now, deadline=format_iso(deadline))
+                self._finish(held, "failed", now)
+                return
         try:
             held = transitions.start(self.spool, held)
         except FileNotFoundError:
@@ -493,9 +500,15 @@ class Daemon:
         while not self.clock.may_start(run_at, now := self.clock.now()):
             time.sleep((self.clock.earliest_start(run_at) - now) / SECOND)
 
+    def _scheduled(self, body: TaskBody, name: TaskName) -> int:
+        """The task's run time as last set by a person (submit, reschedule, retry)."""
+        if name.attempt == 1 and name.run_at == body.run_at:
+            return body.run_at  # as submitted: no journal to read
+        return journal.schedule(journal.read(self.spool.log_dir(body.id)), body.run_at)[0]
+
     def _spawn(self, held: ClaimName, body: TaskBody) -> None:
         log_dir = self.spool.log_dir(body.id)
-        env = runner.task_env(body, held.task, self.spool.root)
+        env = runner.task_env(body, held.task, self.spool.root, self._scheduled(body, held.task))
         now = self.clock.now()
         try:
             child = runner.spawn(body, held.task, log_dir, env)
@@ -561,7 +574,7 @@ class Daemon:
         """Success to done/, failure to a retry or to failed/."""
         if code == 0:
             self._finish(held, "done", now)
-        elif held.task.attempt < body.max_attempts:
+        elif self._attempts_left(held, body):
             delay = 0 if code is None else self._backoff(held.task.attempt)
             try:
                 name = transitions.retry(self.spool, held, now + delay)
@@ -575,6 +588,12 @@ class Daemon:
         else:
             self._note(held, "dead", now, reason="attempts exhausted")
             self._finish(held, "failed", now)
+
+    def _attempts_left(self, held: ClaimName, body: TaskBody) -> bool:
+        """Whether the budget (max_attempts since submit or the last retry) allows more."""
+        records = journal.read(self.spool.log_dir(body.id))  # only after a failure
+        first = journal.schedule(records, body.run_at)[1]
+        return held.task.attempt - first + 1 < body.max_attempts
 
     def _finish(self, held: ClaimName, state: str, now: int) -> None:
         try:
@@ -611,8 +630,32 @@ class Daemon:
             self.dirty = True
         self._scan_claims(now)
 
+    def _check_claims(self, now: int) -> None:
+        """After the doorbell: is any running claim of ours gone (cancelled)?"""
+        for run in self._attempts():
+            if run.lost or os.path.exists(transitions.claim_path(self.spool, run.claim)):
+                continue
+            if os.path.exists(os.path.join(self.spool.cancelled, str(run.claim.task))):
+                self._cancelled(run, now)
+            else:
+                self._lease_lost(run, now)
+
+    def _cancelled(self, run: Running, now: int) -> None:
+        """Cancelled while running: TERM the process group, KILL after the grace."""
+        run.lost = True  # the record is in cancelled/ already; nothing to move
+        run.notes.append("cancelled while running")
+        log.info(
+            "cancelled %s while running; stopping attempt %d", run.body.id, run.claim.task.attempt
+        )
+        if run.pid is not None and run.term_sent is None:
+            runner.kill_group(run.pid, signal.SIGTERM)
+            run.term_sent = time.monotonic()
+
     def _lease_lost(self, run: Running, now: int) -> None:
         """Our claim was taken: kill the attempt at once, the new owner runs it."""
+        if os.path.exists(os.path.join(self.spool.cancelled, str(run.claim.task))):
+            self._cancelled(run, now)
+            return
         run.lost = True
         run.notes.append("lease lost")
         self._note(run.claim, "lease-lost", now)

@@ -15,6 +15,9 @@ EX_CONFLICT = 4  # the task is in a state that does not allow the request
 EX_TEMPFAIL = 75  # retrying later can succeed (disk full, spool busy)
 EX_NOPERM = 77  # permission denied on the spool
 EX_CONFIG = 78  # the spool's config.toml is wrong
+EX_WAIT_TIMEOUT = 124  # taskq wait: the time ran out (as timeout(1) exits)
+EX_CANCELLED = 125  # taskq wait, one task: it was cancelled
+EX_EXPIRED = 126  # taskq wait, one task: it expired without running
 
 
 class TaskqError(Exception):

@@ -64,3 +64,21 @@ def read(log_dir: str) -> list[dict[str, Any]]:
 
 def _path(log_dir: str) -> str:
     return os.path.join(log_dir, JOURNAL)
+
+
+def schedule(records: list[dict[str, Any]], run_at: int) -> tuple[int, int]:
+    """The task's current schedule: (its run time, the first attempt of its budget).
+
+    Starts from the submitted run time and attempt 1; an operator's
+    `reschedule` moves the run time, a `retry` moves both. Deadlines
+    (--expires), TASKQ_RUN_AT and the attempt budget count from these.
+    """
+    from taskq.timespec import parse_when
+
+    first = 1
+    for r in records:
+        if r["event"] in ("rescheduled", "retried") and isinstance(r.get("run_at"), str):
+            run_at = parse_when(r["run_at"], run_at)
+        if r["event"] == "retried" and isinstance(r.get("attempt"), int):
+            first = r["attempt"]
+    return run_at, first

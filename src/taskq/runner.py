@@ -59,7 +59,7 @@ def _identity(uid: int) -> dict[str, str]:
     return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name, "SHELL": SH}
 
 
-def task_env(body: TaskBody, name: TaskName, spool_root: str) -> dict[str, str]:
+def task_env(body: TaskBody, name: TaskName, spool_root: str, run_at: int) -> dict[str, str]:
     """The child's environment: the body's env, identity, and TASKQ_* facts."""
     env = dict(body.env)
     for k, v in _identity(os.getuid()).items():
@@ -67,7 +67,7 @@ def task_env(body: TaskBody, name: TaskName, spool_root: str) -> dict[str, str]:
     env.update(
         TASKQ_ID=body.id,
         TASKQ_ATTEMPT=str(name.attempt),
-        TASKQ_RUN_AT=format_iso(body.run_at),  # as submitted, the same for every attempt
+        TASKQ_RUN_AT=format_iso(run_at),  # as submitted or rescheduled; same for every retry
         TASKQ_DUE_AT=format_iso(name.run_at),  # this attempt's due time (later on a retry)
         TASKQ_QUEUE=body.queue,
         TASKQ_SPOOL=spool_root,

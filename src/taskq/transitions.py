@@ -95,5 +95,23 @@ def finish(spool: Spool, held: ClaimName, state: str, now: int) -> str:
 
 
 def cancel(spool: Spool, found: Located) -> str:
-    """pending or claimed (not started) -> cancelled."""
+    """pending or claimed (even started) -> cancelled.
+
+    For a started claim the owner finds its claim gone, sees it in
+    cancelled/, and stops the attempt's process group.
+    """
     return _move(found.path, spool.cancelled, str(found.name))
+
+
+def reschedule(spool: Spool, found: Located, run_at: int) -> TaskName:
+    """pending -> pending at another run_at; loses to a claim with ENOENT."""
+    name = dataclasses.replace(found.name, run_at=run_at)
+    _move(found.path, spool.bucket_dir(name.bucket), str(name))
+    return name
+
+
+def requeue(spool: Spool, found: Located, run_at: int) -> TaskName:
+    """failed -> pending, as the next attempt (an operator's retry)."""
+    name = dataclasses.replace(found.name, run_at=run_at, attempt=found.name.attempt + 1)
+    _move(found.path, spool.bucket_dir(name.bucket), str(name))
+    return name

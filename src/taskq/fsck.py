@@ -1,0 +1,191 @@
+"""Check a spool's structure and permissions; repair what is safe to repair.
+
+Missing directories are created and loose permissions tightened; files that
+are not what their place says (bad names, unreadable or foreign bodies,
+symlinks, hard links, group- or world-writable task files) are quarantined
+in corrupt/ with a reason; stale tmp/ files and key files naming no task are
+removed. Duplicate tasks and orphaned logs are reported for the operator.
+With dry_run nothing changes. Safe beside running daemons: every repair is a
+rename or unlink that loses quietly if a daemon moved the file first.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import stat
+from dataclasses import dataclass, field
+
+from taskq import fsutil
+from taskq.errors import BadInput, CorruptFile, NotFound
+from taskq.spool import SUBDIRS, Spool
+from taskq.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket
+from taskq.timespec import HOUR, SECOND
+
+
+@dataclass
+class Report:
+    """What fsck found: each line says what and whether it was fixed."""
+
+    lines: list[str] = field(default_factory=list)
+    problems: int = 0
+    fixed: int = 0
+
+    def found(self, text: str, fixed: bool) -> None:
+        self.problems += 1
+        self.fixed += fixed
+        self.lines.append(text)
+
+
+class Checker:
+    def __init__(self, spool: Spool, now: int, dry_run: bool) -> None:
+        self.spool = spool
+        self.now = now
+        self.dry = dry_run
+        self.report = Report()
+        self.seen: dict[str, list[str]] = collections.defaultdict(list)
+        self.moved: set[str] = set()
+
+    def rel(self, path: str) -> str:
+        return os.path.relpath(path, self.spool.root)
+
+    def fix(self, text: str, action: str) -> bool:
+        """Record a problem and whether it was (or, dry, would be) fixed."""
+        self.report.found(f"{text}: {'would be ' if self.dry else ''}{action}", not self.dry)
+        return not self.dry
+
+    def run(self) -> Report:
+        self.layout()
+        for bucket in fsutil.listdir(self.spool.pending):
+            path = self.spool.bucket_dir(bucket)
+            if not valid_bucket(bucket) or not os.path.isdir(path) or os.path.islink(path):
+                self.quarantine(path, "not a bucket in pending/")
+                continue
+            self.tasks(path, claimed=False)
+        self.tasks(self.spool.claimed, claimed=True)
+        for day in fsutil.listdir(self.spool.done):
+            self.tasks(os.path.join(self.spool.done, day), claimed=False)
+        self.tasks(self.spool.failed, claimed=False)
+        self.tasks(self.spool.cancelled, claimed=False)
+        self.duplicates()
+        self.stale_tmp()
+        self.keys()
+        self.orphaned_logs()
+        return self.report
+
+    def layout(self) -> None:
+        for sub in (".", *SUBDIRS):
+            path = os.path.normpath(os.path.join(self.spool.root, sub))
+            if not os.path.isdir(path):
+                if self.fix(f"{self.rel(path)}/ is missing", "created") and not os.path.exists(
+                    path
+                ):
+                    os.makedirs(path, 0o700, exist_ok=True)
+                continue
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            if mode & 0o077 and self.fix(f"{self.rel(path)}/ has mode {mode:04o}", "set to 0700"):
+                os.chmod(path, 0o700)
+
+    def quarantine(self, path: str, reason: str) -> None:
+        if self.fix(f"{self.rel(path)}: {reason}", "quarantined in corrupt/"):
+            self.spool.quarantine(path, reason, self.now)
+
+    def tasks(self, directory: str, claimed: bool) -> None:
+        for entry in fsutil.listdir(directory):
+            path = os.path.join(directory, entry)
+            try:
+                name = ClaimName.parse(entry).task if claimed else TaskName.parse(entry)
+            except ValueError:
+                self.quarantine(path, "not a task file name")
+                continue
+            reason = self.bad_file(path, name)
+            if reason is not None:
+                self.quarantine(path, reason)
+            elif os.path.lexists(path):
+                self.seen[name.id].append(self.rel(path))
+            else:
+                self.moved.add(name.id)  # a daemon moved it meanwhile: it exists
+
+    def bad_file(self, path: str, name: TaskName) -> str | None:
+        """Why a task file is bad, or None if it is sound."""
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o022:
+                return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+            body = TaskBody.from_json(fsutil.read_spool_file(path, MAX_BODY))
+        except CorruptFile as e:
+            return str(e)
+        except FileNotFoundError:
+            return None  # moved on by a daemon meanwhile: not ours to judge
+        except OSError as e:
+            return f"unreadable: {e.strerror}"
+        if body.id != name.id:
+            return f"body id {body.id} does not match the file name"
+        return None
+
+    def duplicates(self) -> None:
+        for task_id, places in sorted(self.seen.items()):
+            if len(places) > 1:
+                self.report.found(
+                    f"task {task_id} is in {len(places)} places: "
+                    f"{', '.join(places)}; left for the operator",
+                    False,
+                )
+
+    def stale_tmp(self) -> None:
+        for entry in fsutil.listdir(self.spool.tmp):
+            path = os.path.join(self.spool.tmp, entry)
+            try:
+                age = self.now / SECOND - os.lstat(path).st_mtime
+            except FileNotFoundError:
+                continue
+            if age > HOUR / SECOND and self.fix(f"tmp/{entry}: abandoned submission", "removed"):
+                _unlink(path)
+
+    def keys(self) -> None:
+        for entry in fsutil.listdir(self.spool.keys):
+            path = os.path.join(self.spool.keys, entry)
+            if entry.startswith("."):
+                continue  # staging files: stale_tmp's rule applies via the daemon
+            try:
+                with open(path) as f:
+                    name = TaskName.parse(f.read().strip())
+            except (OSError, ValueError):
+                if self.fix(f"keys/{entry}: not a key file", "removed"):
+                    _unlink(path)
+                continue
+            if not self.gone(name.id):
+                continue
+            if os.path.exists(os.path.join(self.spool.tmp, f"{name.id}.task")):
+                continue  # a submission in flight: the key comes before its task
+            if self.fix(f"keys/{entry}: names task {name.id}, which is gone", "removed"):
+                _unlink(path)
+
+    def gone(self, task_id: str) -> bool:
+        """Whether no task has this id, looking again for one that moved meanwhile."""
+        if task_id in self.seen or task_id in self.moved:
+            return False
+        try:
+            self.spool.locate(task_id)
+        except (NotFound, BadInput):
+            return True
+        return False
+
+    def orphaned_logs(self) -> None:
+        for entry in fsutil.listdir(self.spool.logs):
+            if self.gone(entry):
+                self.report.found(
+                    f"logs/{entry}: no task with this id; left for the operator", False
+                )
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def check(spool: Spool, now: int, dry_run: bool = False) -> Report:
+    """Check (and unless dry_run, repair) the spool; return the report."""
+    return Checker(spool, now, dry_run).run()

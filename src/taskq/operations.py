@@ -1,0 +1,190 @@
+"""What operators do to tasks: reschedule, retry, cancel, wait, follow output.
+
+Each change is one rename of the exact name just found, so it races safely
+with daemons: if the task moved meanwhile, the rename fails with ENOENT and
+we look again, then either succeed or say why the new state does not allow
+it. Each change is journalled and made durable before we report it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from taskq import fsutil, journal, runner, transitions
+from taskq.clock import wall_us
+from taskq.errors import Conflict
+from taskq.spool import END_STATES, Located, Spool
+from taskq.task import TaskName, check_id
+from taskq.timespec import format_iso
+
+TRIES = 5
+
+
+def _durable(*directories: str) -> None:
+    for directory in directories:
+        fsutil.fsync_dir(directory)
+
+
+def _with_retries(spool: Spool, task_id: str, act: Callable[[Located], Any]) -> Any:
+    """Locate the task and act on it, looking again when it moves meanwhile."""
+    for _ in range(TRIES):
+        found = spool.locate(task_id)
+        try:
+            return act(found)
+        except FileNotFoundError:
+            continue
+    raise Conflict(f"task {check_id(task_id)} keeps changing state; try again")
+
+
+def cancel(spool: Spool, task_id: str) -> Located:
+    """Cancel a pending, claimed or running task; return where it was."""
+
+    def act(found: Located) -> Located:
+        if found.state in END_STATES:
+            raise Conflict(f"task {found.name.id} is already {found.state}")
+        dest = transitions.cancel(spool, found)
+        _durable(os.path.dirname(found.path), os.path.dirname(dest))
+        journal.append(
+            spool.log_dir(found.name.id),
+            "cancelled",
+            wall_us(),
+            attempt=found.name.attempt,
+            was=found.state,
+            by_pid=os.getpid(),
+        )
+        if found.state == "running":
+            spool.ring()  # its daemon stops the attempt when it sees the claim gone
+        return found
+
+    result: Located = _with_retries(spool, task_id, act)
+    return result
+
+
+def reschedule(spool: Spool, task_id: str, run_at: int) -> TaskName:
+    """Move a pending task to another run time."""
+
+    def act(found: Located) -> TaskName:
+        if found.state != "pending":
+            raise Conflict(
+                f"task {found.name.id} is {found.state}; only a pending task can be rescheduled"
+            )
+        name = transitions.reschedule(spool, found, run_at)
+        _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
+        journal.append(
+            spool.log_dir(name.id),
+            "rescheduled",
+            wall_us(),
+            attempt=name.attempt,
+            run_at=format_iso(run_at),
+            previous=format_iso(found.name.run_at),
+        )
+        spool.ring()
+        return name
+
+    result: TaskName = _with_retries(spool, task_id, act)
+    return result
+
+
+def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
+    """Put a failed task back in pending, as a new attempt with a fresh budget."""
+
+    def act(found: Located) -> TaskName:
+        if found.state != "failed":
+            raise Conflict(
+                f"task {found.name.id} is {found.state}; only a failed task can be retried"
+            )
+        name = transitions.requeue(spool, found, run_at)
+        _durable(spool.failed, spool.bucket_dir(name.bucket), spool.pending)
+        journal.append(
+            spool.log_dir(name.id),
+            "retried",
+            wall_us(),
+            attempt=name.attempt,
+            run_at=format_iso(run_at),
+            by_pid=os.getpid(),
+        )
+        spool.ring()
+        return name
+
+    result: TaskName = _with_retries(spool, task_id, act)
+    return result
+
+
+def ended(spool: Spool, task_id: str) -> Located | None:
+    """The task if it is in an end state, else None (cheap: end states only)."""
+    for state in ("failed", "cancelled", "done"):
+        for found in spool.iter_state(state):
+            if found.name.id == task_id:
+                return found
+    return None
+
+
+def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[Located]:
+    """Yield each task as it reaches an end state; stop at the timeout."""
+    waiting = {check_id(t) for t in task_ids}
+    for task_id in waiting:
+        spool.locate(task_id)  # NotFound now, not a silent wait forever
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = 0.02
+    while waiting:
+        for task_id in sorted(waiting):
+            found = ended(spool, task_id)
+            if found is not None:
+                waiting.discard(task_id)
+                yield found
+        if not waiting or (deadline is not None and time.monotonic() >= deadline):
+            return
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.5)
+
+
+def outcome(spool: Spool, found: Located) -> tuple[str, int | None]:
+    """How an ended task ended: (done|failed|expired|cancelled, last exit status)."""
+    records = journal.read(spool.log_dir(found.name.id))
+    status = None
+    for r in records:
+        if r["event"] == "end":
+            status = r.get("exit_status", 128 + r["signal"] if "signal" in r else None)
+    if found.state == "failed" and any(r["event"] == "expired" for r in records):
+        return "expired", status
+    return found.state, status
+
+
+def follow(spool: Spool, task_id: str, attempt: int | None, write: Callable[[bytes], None]) -> None:
+    """Copy an attempt's output as it grows, like tail -f, until the attempt ends."""
+    task_id = check_id(task_id)
+    log_dir = spool.log_dir(task_id)
+    while attempt is None:
+        attempt = latest_attempt(log_dir)
+        if attempt is None:
+            if ended(spool, task_id) is not None:
+                return  # ended without ever running (cancelled, expired)
+            spool.locate(task_id)
+            time.sleep(0.1)
+    path = runner.out_path(log_dir, attempt)
+    offset = 0
+    while True:
+        running = runner.supervisor_alive(log_dir, attempt)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        if data:
+            write(data)
+            offset += len(data)
+        if not running and not data:
+            return
+        time.sleep(0.1)
+
+
+def latest_attempt(log_dir: str) -> int | None:
+    """The highest attempt number with an output file, if any."""
+    numbers = [
+        int(n[:-4]) for n in fsutil.listdir(log_dir) if n.endswith(".out") and n[:-4].isdigit()
+    ]
+    return max(numbers, default=None)
