@@ -1,0 +1,149 @@
+"""Operator commands through the real CLI: reschedule, retry, cancel, wait, logs -f, fsck."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+
+StartDaemon = Callable[..., Daemon]
+
+
+def events(doc: dict, name: str) -> list[dict]:
+    return [r for r in doc["attempts"] if r["event"] == name]
+
+
+def test_reschedule_moves_a_pending_task(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    task_id = tq.submit("--in", "1h", "--expires", "1s", "--", *stamp_cmd(stamps))
+    out = tq.run("reschedule", task_id, "--in", "0.5s").stdout.decode()
+    assert out.startswith(f"rescheduled {task_id} to ")
+    start_daemon()
+    doc = tq.wait_state(task_id, ("done",))  # the deadline moved with the run time
+    assert events(doc, "rescheduled")[0]["previous"] != doc["run_at"]
+    [(_, _, started)] = read_stamps(stamps)
+    assert started >= time.time() - 10
+    again = tq.run("reschedule", task_id, "--in", "1h", check=False)
+    assert again.returncode == 4 and b"only a pending task can be rescheduled" in again.stderr
+    assert tq.run("reschedule", task_id, check=False).returncode == 2
+
+
+def test_reschedule_races_a_claim_cleanly(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    """Reschedules fired while a daemon claims: each one wins whole or is told it lost."""
+    start_daemon()
+    ids = [tq.submit("--in", "0.3s", "--", *stamp_cmd(stamps)) for _ in range(5)]
+    time.sleep(0.25)
+    results = [tq.run("reschedule", i, "--in", "1h", check=False) for i in ids]
+    for task_id, proc in zip(ids, results, strict=True):
+        state = tq.state(task_id)
+        if proc.returncode == 0:
+            assert state == "pending", "a won reschedule leaves it pending"
+        else:
+            assert proc.returncode == 4 and state in ("running", "done", "claimed")
+    ran = {r[0] for r in read_stamps(stamps)}
+    won = {i for i, p in zip(ids, results, strict=True) if p.returncode == 0}
+    wait_for(lambda: {r[0] for r in read_stamps(stamps)} >= set(ids) - won, 10, "the losers to run")
+    assert not (ran & won)
+
+
+def test_retry_gives_a_fresh_budget(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> None:
+    start_daemon("--retry-delay", "0.1s")
+    task_id = tq.submit("--max-attempts", "2", "--", *stamp_cmd(stamps, "; exit 7"))
+    proc = tq.run("wait", task_id, check=False)
+    assert proc.returncode == 7 and proc.stdout.decode() == f"{task_id} failed (exit status 7)\n"
+    out = tq.run("retry", task_id).stdout.decode()
+    assert out.startswith(f"retrying {task_id} as attempt 3 at ")
+    assert tq.run("wait", task_id, check=False).returncode == 7
+    assert [r[1] for r in read_stamps(stamps)] == [1, 2, 3, 4]
+    done = tq.submit("--", "true")
+    tq.wait_state(done, ("done",))
+    refused = tq.run("retry", done, check=False)
+    assert refused.returncode == 4 and b"only a failed task can be retried" in refused.stderr
+
+
+def test_cancel_a_running_task_terms_then_kills(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    start_daemon("--kill-grace", "0.5s")
+    marker = tmp_path / "term"
+    script = f"trap 'echo got TERM > {marker}' TERM; echo started; while :; do sleep 0.1; done"
+    task_id = tq.submit("--", "sh", "-c", script)
+    wait_for(lambda: tq.state(task_id) == "running", 10, "the task to run")
+    wait_for(lambda: (tq.spool / "logs" / task_id / "1.out").exists(), 10, "output")
+    began = time.monotonic()
+    out = tq.run("cancel", task_id).stdout.decode()
+    assert out.startswith(f"cancelled {task_id} (running")
+    assert tq.state(task_id) == "cancelled"
+    proc = tq.run("wait", task_id, check=False)
+    assert proc.returncode == 125
+    pid = events(tq.show(task_id), "start")[0]["pid"]
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 10, "the attempt to be stopped")
+    assert time.monotonic() - began < 8
+    wait_for(lambda: marker.exists(), 5, "the TERM to reach the command")
+    doc = wait_for(lambda: (d := tq.show(task_id)) and events(d, "end") and d, 10, "the end record")
+    assert "cancelled while running" in events(doc, "end")[0]["notes"][0]
+
+
+def test_wait_statuses(tq: Taskq, start_daemon: StartDaemon) -> None:
+    start_daemon()
+    ok = tq.submit("--", "true")
+    late = tq.submit("--at", "2001-01-01T00:00:00Z", "--expires", "1s", "--", "true")
+    pending = tq.submit("--in", "1h", "--", "true")
+    assert tq.run("wait", ok).returncode == 0
+    assert tq.run("wait", late, check=False).returncode == 126
+    timed = tq.run("wait", "--timeout", "0.3s", pending, check=False)
+    assert timed.returncode == 124 and b"timed out" in timed.stderr
+    both = tq.run("wait", ok, late, check=False)
+    assert both.returncode == 1 and sorted(both.stdout.decode().split()) == sorted(
+        [ok, "done", late, "expired"]
+    )
+    assert tq.run("wait", ok, ok).returncode == 0
+    assert tq.run("wait", "0" * 26, check=False).returncode == 3
+
+
+def test_logs_follow_streams_until_the_attempt_ends(tq: Taskq, start_daemon: StartDaemon) -> None:
+    start_daemon()
+    task_id = tq.submit("--", "sh", "-c", "echo one; sleep 0.6; echo two; sleep 0.6; echo three")
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
+    follower = subprocess.Popen([*TASKQ, "logs", "-f", task_id], stdout=subprocess.PIPE, env=env)
+    assert follower.stdout is not None
+    first = follower.stdout.readline()
+    assert first == b"one\n" and tq.state(task_id) in ("running", "claimed")
+    rest, _ = follower.communicate(timeout=15)
+    assert rest == b"two\nthree\n" and follower.returncode == 0
+
+
+def test_fsck_reports_quarantines_and_repairs(tq: Taskq, tmp_path: Path) -> None:
+    good = tq.submit("--in", "1h", "--key", "k", "--", "true")
+    assert tq.run("fsck").stdout.decode() == "fsck: 0 problem(s), 0 fixed\n"
+    bucket = next((tq.spool / "pending").iterdir())
+    (bucket / "junk").write_text("x")
+    [task] = bucket.glob(f"*_{good}_*")
+    writable = bucket / task.name.replace(good, "1" * 26)
+    writable.write_bytes(task.read_bytes().replace(good.encode(), b"1" * 26))
+    writable.chmod(0o666)
+    (tq.spool / "logs").chmod(0o755)
+    (tq.spool / "keys" / "deadbeef").write_text(f"{task.name.replace(good, '2' * 26)}\n")
+    (tq.spool / "logs" / ("3" * 26)).mkdir()
+    dry = tq.run("fsck", "--dry-run", check=False)
+    assert dry.returncode == 1 and b"would be quarantined" in dry.stderr + dry.stdout
+    assert (bucket / "junk").exists()
+    report = json.loads(tq.run("fsck", "--json", check=False).stdout)
+    text = "\n".join(report["findings"])
+    assert "junk: not a task file name: quarantined" in text
+    assert "writable by group or others (mode 0666)" in text
+    assert "logs/ has mode 0755: set to 0700" in text
+    assert "keys/deadbeef: names task " in text and "which is gone: removed" in text
+    assert f"logs/{'3' * 26}: no task with this id; left for the operator" in text
+    assert report["problems"] == report["fixed"] + 1
+    assert not (bucket / "junk").exists() and not writable.exists()
+    assert tq.state(good) == "pending" and (tq.spool / "keys").exists()
+    assert tq.run("fsck", check=False).returncode == 1  # the orphaned logs remain
