@@ -6,7 +6,8 @@ Needs the bench extra (pip install '.[bench]', which brings huey). Prints a
 table: what was measured, taskq's figure, the reference measured on this
 machine in the same run, and the ratio. Sections:
 
-  submit   durable submit throughput: `taskq submit` one process per task,
+  submit   durable submit throughput (tasks spread over the next day, about
+           seven to a minute bucket): `taskq submit` one process per task,
            `--batch`, huey's SqliteHuey schedule(), and the raw rate of
            create+write+fsync+rename(+fsync dir) on the same disk
   lateness isolated tasks: p50/p99/max of start - run_at, as the task sees
@@ -107,11 +108,11 @@ def bench_submit(tmp: Path, quick: bool) -> None:
     n_single = 30 if quick else 100
     t0 = time.perf_counter()
     for i in range(n_single):
-        sp.run("submit", "--in", f"{1000 + i}m", "--", "true")
+        sp.run("submit", "--in", f"{3600 + i * 8.64:.2f}s", "--", "true")
     single = n_single / (time.perf_counter() - t0)
     n_batch = 2000 if quick else 10_000
     data = b"".join(
-        json.dumps({"command": ["true"], "in": f"{2000 + i}m"}).encode() + b"\n"
+        json.dumps({"command": ["true"], "in": 3600 + i * 8.64}).encode() + b"\n"
         for i in range(n_batch)
     )
     t0 = time.perf_counter()
@@ -181,7 +182,7 @@ def _library_submits(root: Path, n: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         now = now_us()
-        submit(spool, TaskBody(new_id(now), ["true"], now + (3600 + i) * 1_000_000, now))
+        submit(spool, TaskBody(new_id(now), ["true"], now + round((3600 + i * 8.64) * 1e6), now))
     return n / (time.perf_counter() - t0)
 
 
@@ -190,7 +191,7 @@ def _huey_schedules(tmp: Path, n: int) -> float:
     code = (
         "import time, huey_app\n"
         f"t0 = time.perf_counter()\n"
-        f"for i in range({n}): huey_app.stamp.schedule(('/dev/null', 0.0), delay=3600 + i)\n"
+        f"for i in range({n}): huey_app.stamp.schedule(('/dev/null', 0.0), delay=3600 + i * 8.64)\n"
         f"print({n} / (time.perf_counter() - t0))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)

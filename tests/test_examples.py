@@ -1,0 +1,181 @@
+"""Every script in examples/ runs, against a temporary spool and a real daemon."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from conftest import Daemon, Taskq
+
+StartDaemon = Callable[..., Daemon]
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture
+def run_example(tq: Taskq, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[bytes]]:
+    def run(
+        name: str, *args: str, env: dict[str, str] | None = None, input: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        full = {
+            **os.environ,
+            "TASKQ_SPOOL": str(tq.spool),
+            "HOME": str(tmp_path),
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            **(env or {}),
+        }
+        proc = subprocess.run(
+            ["sh", str(EXAMPLES / name), *args],
+            env=full,
+            input=input,
+            capture_output=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr.decode()
+        return proc
+
+    return run
+
+
+def test_every_example_is_tested() -> None:
+    tested = {
+        "maintenance-window.sh",
+        "once.sh",
+        "remind.sh",
+        "fanout.sh",
+        "backup-at-night.sh",
+        "delete-later.sh",
+        "retry-webhook.sh",
+    }
+    assert {p.name for p in EXAMPLES.glob("*.sh")} == tested
+
+
+def test_maintenance_window(
+    tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Path
+) -> None:
+    (tmp_path / "maintenance.sh").write_text('#!/bin/sh\necho "maintenance for $1"\n')
+    (tmp_path / "maintenance.sh").chmod(0o755)
+    env = {"MAINT_DIR": str(tmp_path)}
+    first = run_example("maintenance-window.sh", "03:00", env=env).stdout.strip().decode()
+    again = run_example("maintenance-window.sh", "03:00", env=env).stdout.strip().decode()
+    assert first == again
+    doc = tq.show(first)
+    tomorrow = subprocess.run(
+        ["date", "-u", "-d", "tomorrow", "+%Y-%m-%d"], capture_output=True, text=True
+    ).stdout.strip()
+    assert doc["run_at"] == f"{tomorrow}T03:00:00.000000Z" and doc["queue"] == "maintenance"
+    tq.run("reschedule", first, "--in", "0s")
+    start_daemon()
+    tq.wait_state(first, ("done",))
+    assert tq.run("logs", first).stdout.decode() == f"maintenance for {tomorrow}\n"
+
+
+def test_once_skips_a_repeat_after_success(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    script = (
+        f'sh {EXAMPLES / "once.sh"} sh -c "echo charged >> {ledger}"; '
+        '[ "$TASKQ_ATTEMPT" -ge 2 ]'
+    )  # attempt 1 fails after the charge
+    env = {"ONCE_DIR": str(tmp_path / "once")}
+    task_id = tq.submit(*(f"--env={k}={v}" for k, v in env.items()), "--", "sh", "-c", script)
+    start_daemon("--retry-delay", "0.1s")
+    doc = tq.wait_state(task_id, ("done",))
+    assert [r["attempt"] for r in doc["attempts"] if r["event"] == "start"] == [1, 2]
+    assert ledger.read_text() == "charged\n"
+    assert "already succeeded (attempt 1); skipping" in tq.run("logs", task_id).stdout.decode()
+
+
+def test_remind(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Path) -> None:
+    start_daemon()
+    reminders = tmp_path / "reminders"
+    task_id = run_example("remind.sh", "0.3s", "tea", "is", "ready").stdout.decode().strip()
+    tq.wait_state(task_id, ("done",))
+    assert reminders.read_text().endswith("): tea is ready\n")
+    at_id = run_example("remind.sh", "now", "now then").stdout.decode().strip()
+    tq.wait_state(at_id, ("done",))
+    assert reminders.read_text().endswith("): now then\n")
+
+
+def test_fanout_and_wait(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Path) -> None:
+    start_daemon("--workers", "3")
+    files = []
+    for i in range(6):
+        f = tmp_path / f'data "{i}".txt'
+        f.write_text(f"line {i}\n" * 1000)
+        files.append(f)
+    out = run_example("fanout.sh", *(f.name for f in files)).stdout.decode()
+    assert out.startswith("submitted 6 task(s); waiting\n") and out.count(" done\n") == 6
+    for f in files:
+        assert gzip.decompress(Path(f"{f}.gz").read_bytes()) == f.read_bytes()
+
+
+def test_backup_at_night(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Path) -> None:
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    dest.mkdir()
+    (src / "file").write_text("precious\n")
+    first = run_example("backup-at-night.sh", str(src), str(dest)).stdout.decode().strip()
+    assert run_example("backup-at-night.sh", str(src), str(dest)).stdout.decode().strip() == first
+    assert tq.show(first)["run_at"].endswith("T02:00:00.000000Z")
+    tq.run("reschedule", first, "--in", "0s")
+    start_daemon()
+    tq.wait_state(first, ("done",))
+    [archive] = dest.glob("backup-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        assert tar.extractfile("./file").read() == b"precious\n"  # type: ignore[union-attr]
+
+
+def test_delete_later(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Path) -> None:
+    start_daemon()
+    victim = tmp_path / "shared.pdf"
+    victim.write_text("x")
+    task_id = json.loads(run_example("delete-later.sh", "0.3s", "shared.pdf").stdout)["id"]
+    tq.wait_state(task_id, ("done",))
+    assert not victim.exists()
+
+
+class Hook(http.server.BaseHTTPRequestHandler):
+    calls: ClassVar[list[tuple[str, str, bytes]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Hook.calls.append((self.headers["Idempotency-Key"], self.headers["X-Attempt"], body))
+        self.send_response(500 if len(Hook.calls) == 1 else 204)  # fail once, then accept
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook() -> Iterator[str]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    Hook.calls = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    server.shutdown()
+    server.server_close()
+
+
+def test_retry_webhook(tq: Taskq, start_daemon: StartDaemon, run_example, webhook: str) -> None:
+    if subprocess.run(["sh", "-c", "command -v curl"], capture_output=True).returncode:
+        pytest.skip("curl is missing")
+    start_daemon("--retry-delay", "0.1s")
+    payload = b'{"event": "paid", "amount": 42}'
+    task_id = run_example("retry-webhook.sh", webhook, input=payload).stdout.decode().strip()
+    tq.wait_state(task_id, ("done",))
+    assert Hook.calls == [(task_id, "1", payload), (task_id, "2", payload)]
+    assert "delivered: HTTP 204" in tq.run("logs", task_id).stdout.decode()
