@@ -101,9 +101,9 @@ def test_cancelled_task_never_runs(tq: Taskq, start_daemon: StartDaemon, stamps:
     assert [r[0] for r in read_stamps(stamps)] == [sentinel]
     assert tq.state(doomed) == "cancelled"
     again = tq.run("cancel", doomed, check=False)
-    assert again.returncode == 4 and b"is cancelled" in again.stderr
+    assert again.returncode == 4 and b"is already cancelled" in again.stderr
     finished = tq.run("cancel", sentinel, check=False)
-    assert finished.returncode == 4 and b"is done" in finished.stderr
+    assert finished.returncode == 4 and b"is already done" in finished.stderr
     missing = tq.run("cancel", "0" * 26, check=False)
     assert missing.returncode == 3 and b"no task" in missing.stderr
 

@@ -36,7 +36,8 @@ from taskq.transitions import Owner
 
 log = logging.getLogger("taskq")
 
-# Claim, mark started and commit this far ahead of a task's start, so that at
+# Claim, mark started and commit at least this far ahead of a task's start (more
+# when commits have been slow), so that at
 # the instant itself only the spawn remains: lateness is the spawn's cost,
 # not the claim's fsync. A cancel in this last moment is refused as running.
 PREPARE_LEAD = 20 * MS
@@ -98,7 +99,8 @@ class Daemon:
         self.children: dict[int, Running] = {}
         self.adopted: dict[str, Running] = {}
         self.to_start: list[tuple[ClaimName, TaskBody]] = []
-        self.dirty = False
+        self._touched: set[str] = set()  # directories whose entries changed this iteration
+        self.commit_times: collections.deque[float] = collections.deque(maxlen=32)
         self.stopping = False
         self.stop_deadline = 0.0
         self.rescan_wanted = True
@@ -351,10 +353,33 @@ class Daemon:
         return f"dispatching; {busy}; {len(self.index)} task(s) due soon"
 
     def _commit(self) -> None:
-        """Make this iteration's renames durable at once (group commit)."""
-        if self.dirty:
-            fsutil.syncfs(self.spool.root)
-            self.dirty = False
+        """Make this iteration's renames durable at once (group commit).
+
+        One fsync per directory touched, not a syncfs: the latter would also
+        wait for every other process's dirty data on the filesystem.
+        """
+        if not self._touched:
+            return
+        began = time.monotonic()
+        for directory in sorted(self._touched):
+            try:
+                fsutil.fsync_dir(directory)
+            except FileNotFoundError:
+                pass  # an empty bucket removed meanwhile: nothing in it to keep
+        self._touched.clear()
+        took = time.monotonic() - began
+        self.commit_times.append(took)
+        if took > 0.1:
+            log.warning("slow disk: a commit took %s", format_duration(round(took * SECOND)))
+
+    def _prepare_lead(self) -> int:
+        """How far ahead to claim and commit: 20 ms, or more on a slow disk."""
+        slowest = max(self.commit_times, default=0.0)
+        return min(SECOND, max(PREPARE_LEAD, round(2 * slowest * SECOND)))
+
+    def _released(self, name: TaskName) -> None:
+        self._touched.add(self.spool.bucket_dir(name.bucket))
+        self.index.push(name)
 
     def _timeout(self) -> float:
         """Seconds to sleep: until the next due task, renewal, rescan or kill."""
@@ -368,7 +393,7 @@ class Daemon:
             deadlines.append(self.last_rescan + self.cfg.rescan / SECOND)
             nxt = self.index.next_run_at(self._queue_open())
             if nxt is not None and self._free_slots() > 0 and self.clock_ok:
-                prepare_at = self.clock.earliest_start(nxt) - PREPARE_LEAD
+                prepare_at = self.clock.earliest_start(nxt) - self._prepare_lead()
                 wait = (prepare_at - self.clock.now()) / SECOND
                 deadlines.append(mono + wait)
         if not self.stopping and not self.index and self.index.more_beyond:
@@ -434,7 +459,7 @@ class Daemon:
 
     def _dispatch(self, now: int) -> None:
         """Claim due tasks for the free workers, fairly across queues."""
-        horizon = now + PREPARE_LEAD
+        horizon = now + self._prepare_lead()
 
         def due(run_at: int) -> bool:
             return self.clock.earliest_start(run_at) <= horizon
@@ -446,9 +471,10 @@ class Daemon:
             name, path = picked
             try:
                 held = transitions.claim(self.spool, path, name, self.owner, now + self.cfg.lease)
+                self._touched.add(os.path.dirname(path))
             except FileNotFoundError:
                 continue  # cancelled, or claimed by another daemon: theirs now
-            self.dirty = True
+            self._touched.add(self.spool.claimed)
             self._prepare(held, now)
 
     def _prepare(self, held: ClaimName, now: int) -> None:
@@ -578,9 +604,10 @@ class Daemon:
             delay = 0 if code is None else self._backoff(held.task.attempt)
             try:
                 name = transitions.retry(self.spool, held, now + delay)
+                self._touched.add(self.spool.bucket_dir(name.bucket))
             except FileNotFoundError:
                 return
-            self.dirty = True
+            self._touched.add(self.spool.claimed)
             self._note(
                 held, "retry", now, next_attempt=name.attempt, run_at=format_iso(name.run_at)
             )
@@ -597,10 +624,11 @@ class Daemon:
 
     def _finish(self, held: ClaimName, state: str, now: int) -> None:
         try:
-            transitions.finish(self.spool, held, state, now)
+            dest = transitions.finish(self.spool, held, state, now)
+            self._touched.add(os.path.dirname(dest))
         except FileNotFoundError:
             return
-        self.dirty = True
+        self._touched.add(self.spool.claimed)
 
     def _backoff(self, attempt: int) -> int:
         """Exponential backoff with jitter: between half and all of base * 2^(n-1)."""
@@ -627,7 +655,7 @@ class Daemon:
                 run.claim = transitions.renew(self.spool, run.claim, now + self.cfg.lease)
             except FileNotFoundError:
                 self._lease_lost(run, now)
-            self.dirty = True
+            self._touched.add(self.spool.claimed)
         self._scan_claims(now)
 
     def _check_claims(self, now: int) -> None:
@@ -718,11 +746,11 @@ class Daemon:
             held = transitions.take_over(self.spool, old, self.owner, now + self.cfg.lease)
         except FileNotFoundError:
             return  # the owner renewed it, finished it, or another daemon was first
-        self.dirty = True
+        self._touched.add(self.spool.claimed)
         log.info("took over %s from %s: %s", old.task.id, old.owner, why)
         self._note(held, "taken-over", now, previous_owner=old.owner, reason=why, phase=old.phase)
         if held.phase == "claimed":
-            self.index.push(transitions.release(self.spool, held))
+            self._released(transitions.release(self.spool, held))
             self._note(held, "released", now, reason="claimed but never started")
             return
         body = self._read_body(transitions.claim_path(self.spool, held), now)
@@ -735,7 +763,7 @@ class Daemon:
         attempt = held.task.attempt
         if not os.path.exists(runner.status_path(log_dir, attempt)):
             # The status file is created before the spawn: this attempt never ran.
-            self.index.push(transitions.release(self.spool, held))
+            self._released(transitions.release(self.spool, held))
             self._note(held, "released", now, reason="never spawned")
             return
         start = _start_record(log_dir, attempt)
