@@ -80,8 +80,8 @@ def test_cancel_a_running_task_terms_then_kills(
     wait_for(lambda: (tq.spool / "logs" / task_id / "1.out").exists(), 10, "output")
     began = time.monotonic()
     out = tq.run("cancel", task_id).stdout.decode()
-    assert out.startswith(f"cancelled {task_id} (running")
-    assert tq.state(task_id) == "cancelled"
+    assert out.startswith(f"cancelling {task_id} (running")
+    assert tq.state(task_id) in ("cancelling", "cancelled")
     proc = tq.run("wait", task_id, check=False)
     assert proc.returncode == 125
     pid = events(tq.show(task_id), "start")[0]["pid"]
@@ -147,3 +147,22 @@ def test_fsck_reports_quarantines_and_repairs(tq: Taskq, tmp_path: Path) -> None
     assert not (bucket / "junk").exists() and not writable.exists()
     assert tq.state(good) == "pending" and (tq.spool / "keys").exists()
     assert tq.run("fsck", check=False).returncode == 1  # the orphaned logs remain
+
+
+def test_cancel_survives_the_death_of_the_attempts_daemon(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    """Asked to cancel while its daemon is dead: the next daemon stops it and settles it."""
+    first = start_daemon()
+    task_id = tq.submit("--", "sleep", "60")
+    wait_for(lambda: tq.state(task_id) == "running", 10, "the task to run")
+    pid = events(tq.show(task_id), "start")[0]["pid"]
+    first.kill()
+    assert tq.run("cancel", task_id).stdout.decode().startswith(f"cancelling {task_id}")
+    assert tq.state(task_id) == "cancelling" and os.path.exists(f"/proc/{pid}")
+    start_daemon()
+    assert tq.run("wait", "--timeout", "20s", task_id, check=False).returncode == 125
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 10, "the orphan to be stopped")
+    doc = tq.show(task_id)
+    assert events(doc, "adopted") and events(doc, "cancel-requested")
+    assert len(events(doc, "start")) == 1

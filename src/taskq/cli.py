@@ -553,8 +553,8 @@ def cancel(ctx: click.Context, task_id: str) -> None:
     from taskq import operations
 
     found = operations.cancel(_spool(ctx), task_id)
-    if found.state == "running":
-        click.echo(f"cancelled {found.name.id} (running: its daemon stops it, TERM then KILL)")
+    if found.state in ("running", "cancelling"):
+        click.echo(f"cancelling {found.name.id} (running: its daemon stops it, TERM then KILL)")
     else:
         click.echo(f"cancelled {found.name.id}")
 
@@ -612,9 +612,8 @@ def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: str | None) -> 
     for found in operations.wait(spool, list(task_ids), seconds):
         how, status = operations.outcome(spool, found)
         results.append((how, status))
-        click.echo(
-            f"{found.name.id} {how}" + (f" (exit status {status})" if how == "failed" else "")
-        )
+        shown = f" (exit status {status})" if how == "failed" and status is not None else ""
+        click.echo(f"{found.name.id} {how}{shown}")
     if len(results) < len(set(check_id(t) for t in task_ids)):
         click.echo("taskq: wait timed out", err=True)
         sys.exit(EX_WAIT_TIMEOUT)

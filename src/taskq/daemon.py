@@ -36,10 +36,11 @@ from taskq.transitions import Owner
 
 log = logging.getLogger("taskq")
 
-# Claim, mark started and commit at least this far ahead of a task's start (more
-# when commits have been slow), so that at
-# the instant itself only the spawn remains: lateness is the spawn's cost,
-# not the claim's fsync. A cancel in this last moment is refused as running.
+# Claim, mark started and commit at least this far ahead of a task's start
+# (more when commits have been slow), so that at the instant itself only the
+# spawn remains: lateness is the spawn's cost, not the claim's fsync. A cancel
+# in this last moment renames the claim to cancelling, and the daemon, which
+# looks again just before the spawn, does not start it.
 PREPARE_LEAD = 20 * MS
 
 
@@ -304,7 +305,6 @@ class Daemon:
         if self.hup:
             self.hup = False
             self.on_hup()
-            log.info("SIGHUP: reopened the log file")
         now = self.clock.now()
         self._guard_monotonic()
         if time.monotonic() >= self.next_clock_check:
@@ -517,8 +517,17 @@ class Daemon:
 
     def _start_claimed(self) -> None:
         pending, self.to_start = self.to_start, []
+        if pending:
+            _no_inherit()
         for held, body in pending:
             self._wait_until_due(held.task.run_at)
+            if not os.path.exists(transitions.claim_path(self.spool, held)):
+                # Cancelled (or taken) in the moment since we prepared it.
+                asked = self._cancelling(held)
+                if asked is not None:
+                    self._note(asked, "cancelled", self.clock.now(), reason="before it started")
+                    self._finish(asked, "cancelled", self.clock.now())
+                continue
             self._spawn(held, body)
 
     def _wait_until_due(self, run_at: int) -> None:
@@ -597,8 +606,10 @@ class Daemon:
             self._after_attempt(run.claim, run.body, code, now)
 
     def _after_attempt(self, held: ClaimName, body: TaskBody, code: int | None, now: int) -> None:
-        """Success to done/, failure to a retry or to failed/."""
-        if code == 0:
+        """Success to done/, failure to a retry or to failed/; cancelled to cancelled/."""
+        if held.phase == "cancelling":
+            self._finish(held, "cancelled", now)
+        elif code == 0:
             self._finish(held, "done", now)
         elif self._attempts_left(held, body):
             delay = 0 if code is None else self._backoff(held.task.attempt)
@@ -659,30 +670,35 @@ class Daemon:
         self._scan_claims(now)
 
     def _check_claims(self, now: int) -> None:
-        """After the doorbell: is any running claim of ours gone (cancelled)?"""
+        """After the doorbell: has any running claim of ours been renamed?"""
         for run in self._attempts():
             if run.lost or os.path.exists(transitions.claim_path(self.spool, run.claim)):
                 continue
-            if os.path.exists(os.path.join(self.spool.cancelled, str(run.claim.task))):
-                self._cancelled(run, now)
-            else:
-                self._lease_lost(run, now)
+            self._lease_lost(run, now)
 
-    def _cancelled(self, run: Running, now: int) -> None:
-        """Cancelled while running: TERM the process group, KILL after the grace."""
-        run.lost = True  # the record is in cancelled/ already; nothing to move
+    def _cancelling(self, held: ClaimName) -> ClaimName | None:
+        """The claim as `taskq cancel` renamed it, if that is what happened."""
+        asked = held.with_(phase="cancelling")
+        return asked if os.path.exists(transitions.claim_path(self.spool, asked)) else None
+
+    def _stop_for_cancel(self, run: Running) -> None:
+        """Cancelled while running: TERM the process group, KILL after the grace.
+
+        The claim stays ours (phase cancelling, still renewed); when the
+        attempt ends, the task goes to cancelled/.
+        """
         run.notes.append("cancelled while running")
-        log.info(
-            "cancelled %s while running; stopping attempt %d", run.body.id, run.claim.task.attempt
-        )
+        log.info("cancelling %s: stopping attempt %d", run.body.id, run.claim.task.attempt)
         if run.pid is not None and run.term_sent is None:
             runner.kill_group(run.pid, signal.SIGTERM)
             run.term_sent = time.monotonic()
 
     def _lease_lost(self, run: Running, now: int) -> None:
-        """Our claim was taken: kill the attempt at once, the new owner runs it."""
-        if os.path.exists(os.path.join(self.spool.cancelled, str(run.claim.task))):
-            self._cancelled(run, now)
+        """Our claim was renamed: a cancel (stop the attempt) or a takeover (kill it now)."""
+        asked = self._cancelling(run.claim)
+        if asked is not None:
+            run.claim = asked
+            self._stop_for_cancel(run)
             return
         run.lost = True
         run.notes.append("lease lost")
@@ -763,6 +779,10 @@ class Daemon:
         attempt = held.task.attempt
         if not os.path.exists(runner.status_path(log_dir, attempt)):
             # The status file is created before the spawn: this attempt never ran.
+            if held.phase == "cancelling":
+                self._note(held, "cancelled", now, reason="before it started")
+                self._finish(held, "cancelled", now)
+                return
             self._released(transitions.release(self.spool, held))
             self._note(held, "released", now, reason="never spawned")
             return
@@ -776,6 +796,8 @@ class Daemon:
         # taken over a shared filesystem proves nothing.
         if old.host == self.owner.host and runner.supervisor_alive(log_dir, attempt):
             self.adopted[body.id] = run
+            if held.phase == "cancelling":
+                self._stop_for_cancel(run)
             self._note(held, "adopted", now, previous_owner=old.owner, pid=pid)
             log.info("adopted running attempt %d of %s from %s", attempt, body.id, old.owner)
             return
@@ -805,6 +827,21 @@ class Daemon:
             if code is None:
                 run.notes.append("supervisor died without recording a status")
             self._ended(run, code, now)
+
+
+def _no_inherit() -> None:
+    """Mark every descriptor close-on-exec before spawning children.
+
+    Ours are already; a library's may not be (watchdog's inotify descriptor
+    is not), and posix_spawn, unlike subprocess, closes nothing by itself.
+    """
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
 
 
 def _outcome(fields: dict[str, Any]) -> str:

@@ -64,7 +64,11 @@ class Checker:
             self.tasks(path, claimed=False)
         self.tasks(self.spool.claimed, claimed=True)
         for day in fsutil.listdir(self.spool.done):
-            self.tasks(os.path.join(self.spool.done, day), claimed=False)
+            path = os.path.join(self.spool.done, day)
+            if not os.path.isdir(path) or os.path.islink(path):
+                self.quarantine(path, "not a day directory in done/")
+                continue
+            self.tasks(path, claimed=False)
         self.tasks(self.spool.failed, claimed=False)
         self.tasks(self.spool.cancelled, claimed=False)
         self.duplicates()

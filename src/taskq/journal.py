@@ -76,9 +76,33 @@ def schedule(records: list[dict[str, Any]], run_at: int) -> tuple[int, int]:
     from taskq.timespec import parse_when
 
     first = 1
-    for r in records:
-        if r["event"] in ("rescheduled", "retried") and isinstance(r.get("run_at"), str):
-            run_at = parse_when(r["run_at"], run_at)
+    for i, r in enumerate(records):
+        if r["event"] not in ("rescheduled", "retried") or not isinstance(r.get("run_at"), str):
+            continue
+        if _revoked(r, records[i + 1 :]):
+            continue  # written before its rename, which then lost a race
+        run_at = parse_when(r["run_at"], run_at)
         if r["event"] == "retried" and isinstance(r.get("attempt"), int):
             first = r["attempt"]
     return run_at, first
+
+
+def revoke(log_dir: str, event: str, written: int) -> None:
+    """Cancel a record written ahead of a rename that then lost its race."""
+    append(log_dir, "revoked", written, revokes=f"{event}@{format_iso(written)}")
+
+
+def _revoked(record: dict[str, Any], later: list[dict[str, Any]]) -> bool:
+    mark = f"{record['event']}@{record.get('time')}"
+    return any(r["event"] == "revoked" and r.get("revokes") == mark for r in later)
+
+
+def expired(records: list[dict[str, Any]]) -> bool:
+    """Whether the task's latest fate was to expire (a later retry clears it)."""
+    fate = False
+    for r in records:
+        if r["event"] == "expired":
+            fate = True
+        elif r["event"] in ("retried", "start"):
+            fate = False
+    return fate

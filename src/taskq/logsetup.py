@@ -76,3 +76,4 @@ def reopen(handler: logging.Handler) -> None:
     """Reopen a log file (after SIGHUP): the next line opens it afresh."""
     if isinstance(handler, logging.FileHandler):
         handler.close()  # with delay=True, emit() opens the file again by name
+        logging.getLogger("taskq").info("SIGHUP: reopened the log file")

@@ -45,18 +45,31 @@ def cancel(spool: Spool, task_id: str) -> Located:
     def act(found: Located) -> Located:
         if found.state in END_STATES:
             raise Conflict(f"task {found.name.id} is already {found.state}")
+        log_dir = spool.log_dir(found.name.id)
+        if found.state == "cancelling":
+            return found  # asked already; its daemon is stopping it
+        if found.state == "running" and found.claim is not None:
+            transitions.request_cancel(spool, found.claim)
+            _durable(spool.claimed)
+            journal.append(
+                log_dir,
+                "cancel-requested",
+                wall_us(),
+                attempt=found.name.attempt,
+                by_pid=os.getpid(),
+            )
+            spool.ring()  # its daemon sees the claim renamed and stops the attempt
+            return found
         dest = transitions.cancel(spool, found)
         _durable(os.path.dirname(found.path), os.path.dirname(dest))
         journal.append(
-            spool.log_dir(found.name.id),
+            log_dir,
             "cancelled",
             wall_us(),
             attempt=found.name.attempt,
             was=found.state,
             by_pid=os.getpid(),
         )
-        if found.state == "running":
-            spool.ring()  # its daemon stops the attempt when it sees the claim gone
         return found
 
     result: Located = _with_retries(spool, task_id, act)
@@ -71,16 +84,23 @@ def reschedule(spool: Spool, task_id: str, run_at: int) -> TaskName:
             raise Conflict(
                 f"task {found.name.id} is {found.state}; only a pending task can be rescheduled"
             )
-        name = transitions.reschedule(spool, found, run_at)
-        _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
+        # The record goes first, so a daemon that claims the task right after
+        # the rename already sees its new schedule; a lost race revokes it.
+        log_dir, written = spool.log_dir(found.name.id), wall_us()
         journal.append(
-            spool.log_dir(name.id),
+            log_dir,
             "rescheduled",
-            wall_us(),
-            attempt=name.attempt,
+            written,
+            attempt=found.name.attempt,
             run_at=format_iso(run_at),
             previous=format_iso(found.name.run_at),
         )
+        try:
+            name = transitions.reschedule(spool, found, run_at)
+        except FileNotFoundError:
+            journal.revoke(log_dir, "rescheduled", written)
+            raise
+        _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
         spool.ring()
         return name
 
@@ -96,16 +116,21 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
             raise Conflict(
                 f"task {found.name.id} is {found.state}; only a failed task can be retried"
             )
-        name = transitions.requeue(spool, found, run_at)
-        _durable(spool.failed, spool.bucket_dir(name.bucket), spool.pending)
+        log_dir, written = spool.log_dir(found.name.id), wall_us()
         journal.append(
-            spool.log_dir(name.id),
+            log_dir,
             "retried",
-            wall_us(),
-            attempt=name.attempt,
+            written,
+            attempt=found.name.attempt + 1,
             run_at=format_iso(run_at),
             by_pid=os.getpid(),
         )
+        try:
+            name = transitions.requeue(spool, found, run_at)
+        except FileNotFoundError:
+            journal.revoke(log_dir, "retried", written)
+            raise
+        _durable(spool.failed, spool.bucket_dir(name.bucket), spool.pending)
         spool.ring()
         return name
 
@@ -148,7 +173,7 @@ def outcome(spool: Spool, found: Located) -> tuple[str, int | None]:
     for r in records:
         if r["event"] == "end":
             status = r.get("exit_status", 128 + r["signal"] if "signal" in r else None)
-    if found.state == "failed" and any(r["event"] == "expired" for r in records):
+    if found.state == "failed" and journal.expired(records):
         return "expired", status
     return found.state, status
 
@@ -156,6 +181,7 @@ def outcome(spool: Spool, found: Located) -> tuple[str, int | None]:
 def follow(spool: Spool, task_id: str, attempt: int | None, write: Callable[[bytes], None]) -> None:
     """Copy an attempt's output as it grows, like tail -f, until the attempt ends."""
     task_id = check_id(task_id)
+    spool.locate(task_id)  # NotFound (exit 3) for no such task, as without -f
     log_dir = spool.log_dir(task_id)
     while attempt is None:
         attempt = latest_attempt(log_dir)

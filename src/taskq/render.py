@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from taskq import journal
 from taskq.spool import Located
 from taskq.task import TaskBody
 from taskq.timespec import SECOND, format_duration, format_iso
@@ -35,7 +36,8 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
         timeout=None if body.timeout is None else body.timeout / SECOND,
         expires=None if body.expires is None else body.expires / SECOND,
         stdin_bytes=None if body.stdin is None else len(body.stdin),
-        expired=any(r["event"] == "expired" for r in records),
+        expired=journal.expired(records),
+        budget_from=journal.schedule(records, body.run_at)[1],
         path=found.path,
         attempts=records,
     )
@@ -111,7 +113,7 @@ def describe(doc: dict[str, Any]) -> str:
         ("run_at", doc["run_at"]),
         ("submitted", doc["submitted_at"]),
         ("queue", doc["queue"]),
-        ("attempt", f"{doc['attempt']} of {doc['max_attempts']}"),
+        ("attempt", _attempt_text(doc)),
         ("cwd", doc["cwd"]),
     ]
     for opt in ("key", "timeout", "expires", "owner", "lease_expiry"):
@@ -120,6 +122,14 @@ def describe(doc: dict[str, Any]) -> str:
     out = [f"{k + ':':<11}{v}" for k, v in fields]
     out.extend(_journal_line(r) for r in doc["attempts"])
     return "\n".join(out)
+
+
+def _attempt_text(doc: dict[str, Any]) -> str:
+    """'2 of 3', or after an operator's retry '5 (2 of 3 since the retry)'."""
+    first, attempt, most = doc["budget_from"], doc["attempt"], doc["max_attempts"]
+    if first <= 1:
+        return f"{attempt} of {most}"
+    return f"{attempt} ({attempt - first + 1} of {most} since the retry)"
 
 
 def _journal_line(r: dict[str, Any]) -> str:

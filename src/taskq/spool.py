@@ -29,7 +29,8 @@ SUBDIRS = (
     "keys",
     "run",
 )
-STATES = ("pending", "claimed", "running", "done", "failed", "cancelled")
+STATES = ("pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
+_PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
 END_STATES = ("done", "failed", "cancelled")
 DOORBELL = "doorbell"
 
@@ -115,7 +116,7 @@ class Spool:
         if state == "pending":
             for bucket in self.buckets():
                 yield from self._iter_flat("pending", self.bucket_dir(bucket))
-        elif state in ("claimed", "running"):
+        elif state in _PHASE_OF:
             yield from self._iter_claimed(state)
         elif state == "done":
             for day in fsutil.listdir(self.done):
@@ -132,7 +133,7 @@ class Spool:
             yield Located(state, os.path.join(directory, entry), name)
 
     def _iter_claimed(self, state: str) -> Iterator[Located]:
-        phase = "started" if state == "running" else "claimed"
+        phase = _PHASE_OF[state]
         for entry in fsutil.listdir(self.claimed):
             try:
                 claim = ClaimName.parse(entry)
@@ -155,7 +156,7 @@ class Spool:
         """
         task_id = check_id(task_id)
         for _ in range(2):
-            for state in ("pending", "claimed", "running", "done", "failed", "cancelled"):
+            for state in STATES:
                 for found in self.iter_state(state):
                     if found.name.id == task_id:
                         return found

@@ -24,7 +24,7 @@ DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_STDIN = 1 << 20  # bytes of --stdin payload a task may carry
 MAX_BODY = 4 << 20  # a larger file in the spool is corrupt by definition
-PHASES = ("claimed", "started")
+PHASES = ("claimed", "started", "cancelling")
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
@@ -36,7 +36,7 @@ _TASK_NAME = re.compile(
     rf"({_COMPACT})_([0-9A-HJKMNP-TV-Z]{{26}})_([1-9]\d{{0,5}})_([A-Za-z0-9][A-Za-z0-9.-]{{0,63}})"
 )
 _CLAIM_NAME = re.compile(
-    rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+_[^_]+)_(claimed|started)_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
+    rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+_[^_]+)_(claimed|started|cancelling)_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
 )
 
 
@@ -137,7 +137,7 @@ class ClaimName:
     """The name of a file in claimed/: the task name, phase, lease and owner."""
 
     task: TaskName
-    phase: str  # "claimed" (not started, may still be cancelled) or "started"
+    phase: str  # "claimed" (not started), "started", or "cancelling" (started; stop it)
     expiry: int
     pid: int
     host: str

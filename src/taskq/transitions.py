@@ -87,20 +87,26 @@ def retry(spool: Spool, held: ClaimName, run_at: int) -> TaskName:
 
 
 def finish(spool: Spool, held: ClaimName, state: str, now: int) -> str:
-    """claimed/started -> done/YYYYMMDD/ or failed/ (an end state)."""
-    dest_dir = os.path.join(spool.done, day_of(now)) if state == "done" else spool.failed
-    if state not in ("done", "failed"):
+    """A claim -> done/YYYYMMDD/, failed/ or cancelled/ (an end state)."""
+    dirs = {
+        "done": os.path.join(spool.done, day_of(now)),
+        "failed": spool.failed,
+        "cancelled": spool.cancelled,
+    }
+    if state not in dirs:
         raise ValueError(f"finish into {state!r}")
+    dest_dir = dirs[state]
     return _move(claim_path(spool, held), dest_dir, str(held.task))
 
 
 def cancel(spool: Spool, found: Located) -> str:
-    """pending or claimed (even started) -> cancelled.
-
-    For a started claim the owner finds its claim gone, sees it in
-    cancelled/, and stops the attempt's process group.
-    """
+    """pending or claimed (not started) -> cancelled: it never runs."""
     return _move(found.path, spool.cancelled, str(found.name))
+
+
+def request_cancel(spool: Spool, held: ClaimName) -> ClaimName:
+    """started -> cancelling: whoever owns the claim stops the attempt, then finishes it."""
+    return _rename_claim(spool, held, held.with_(phase="cancelling"))
 
 
 def reschedule(spool: Spool, found: Located, run_at: int) -> TaskName:
