@@ -166,6 +166,18 @@ def test_synopsis_names_every_command() -> None:
         assert re.search(rf"^\.B {name}$", synopsis, re.M), name
 
 
+def test_every_task_state_is_documented() -> None:
+    # The states of ls --state, in taskq(1)'s list of states and under ls.
+    from taskq.spool import STATES
+
+    text = _source("taskq.1")
+    described = _section(text, r"\.SH DESCRIPTION")
+    listed = _paragraph(_command_section("ls"), "--state")
+    for state in STATES:
+        assert re.search(rf"^\.TP\n\.B {state}$", described, re.M), state
+        assert re.search(rf"^\.BR? {state}\b", listed, re.M), state
+
+
 # -- taskq-daemon(8) names every daemon option with its default --------------
 
 

@@ -27,6 +27,7 @@ from taskq import fsutil, gc, journal, runner, status, transitions
 from taskq.clock import Clock
 from taskq.dueindex import DueIndex
 from taskq.errors import CorruptFile
+from taskq.faults import crash_point
 from taskq.notify import Notifier
 from taskq.spool import Spool
 from taskq.submit import clean_tmp
@@ -42,6 +43,7 @@ log = logging.getLogger("taskq")
 # in this last moment renames the claim to cancelling, and the daemon, which
 # looks again just before the spawn, does not start it.
 PREPARE_LEAD = 20 * MS
+SPIN = 2 * MS  # a prepared task due sooner than this is waited for in place
 
 
 @dataclass
@@ -378,6 +380,7 @@ class Daemon:
         return min(SECOND, max(PREPARE_LEAD, round(2 * slowest * SECOND)))
 
     def _released(self, name: TaskName) -> None:
+        crash_point("daemon.released")
         self._touched.add(self.spool.bucket_dir(name.bucket))
         self.index.push(name)
 
@@ -400,6 +403,9 @@ class Daemon:
             deadlines.append(mono)  # the heap ran dry: load the next bucket now
         if self.adopted:
             deadlines.append(mono + 0.2)
+        for held, _ in self.to_start:
+            wait = (self.clock.earliest_start(held.task.run_at) - SPIN - self.clock.now()) / SECOND
+            deadlines.append(mono + wait)
         for run in self.children.values():
             if run.term_sent is not None:
                 deadlines.append(run.term_sent + self.cfg.kill_grace / SECOND)
@@ -471,6 +477,7 @@ class Daemon:
             name, path = picked
             try:
                 held = transitions.claim(self.spool, path, name, self.owner, now + self.cfg.lease)
+                crash_point("daemon.claimed")
                 self._touched.add(os.path.dirname(path))
             except FileNotFoundError:
                 continue  # cancelled, or claimed by another daemon: theirs now
@@ -496,6 +503,7 @@ class Daemon:
             held = transitions.start(self.spool, held)
         except FileNotFoundError:
             return  # cancelled between claim and start: it must not run
+        crash_point("daemon.started")
         self.to_start.append((held, body))
 
     def _read_body(self, path: str, now: int) -> TaskBody | None:
@@ -516,10 +524,20 @@ class Daemon:
     # -- starting and finishing attempts ----------------------------------
 
     def _start_claimed(self) -> None:
+        """Spawn the prepared tasks that are due; keep the rest for a later turn.
+
+        A task due within SPIN of now is waited for here, to the exact
+        instant; one due later goes back to the loop, which sleeps until it
+        while still reaping children and hearing signals and the doorbell.
+        """
         pending, self.to_start = self.to_start, []
         if pending:
+            crash_point("daemon.committed")
             _no_inherit()
         for held, body in pending:
+            if self.clock.earliest_start(held.task.run_at) - self.clock.now() > SPIN:
+                self.to_start.append((held, body))
+                continue
             self._wait_until_due(held.task.run_at)
             if not os.path.exists(transitions.claim_path(self.spool, held)):
                 # Cancelled (or taken) in the moment since we prepared it.
@@ -536,10 +554,19 @@ class Daemon:
             time.sleep((self.clock.earliest_start(run_at) - now) / SECOND)
 
     def _scheduled(self, body: TaskBody, name: TaskName) -> int:
-        """The task's run time as last set by a person (submit, reschedule, retry)."""
-        if name.attempt == 1 and name.run_at == body.run_at:
-            return body.run_at  # as submitted: no journal to read
-        return journal.schedule(journal.read(self.spool.log_dir(body.id)), body.run_at)[0]
+        """The task's run time as last set by a person (submit, reschedule, retry).
+
+        The name is authoritative for the first attempt of a budget (submit and
+        reschedule set its run_at; a retry makes a new first attempt); a later
+        attempt's schedule is when that first attempt was due.
+        """
+        if name.attempt == 1:
+            return name.run_at  # no journal to read
+        records = journal.read(self.spool.log_dir(body.id))
+        first = journal.budget_start(records, name.attempt)
+        if first == name.attempt:
+            return name.run_at
+        return journal.scheduled_run_at(records, first, body.run_at)
 
     def _spawn(self, held: ClaimName, body: TaskBody) -> None:
         log_dir = self.spool.log_dir(body.id)
@@ -547,6 +574,7 @@ class Daemon:
         now = self.clock.now()
         try:
             child = runner.spawn(body, held.task, log_dir, env)
+            crash_point("daemon.spawned")
         except OSError as e:
             log.error("cannot start %s: %s", body.id, e)
             self._note(held, "spawn-failed", now, error=str(e))
@@ -585,6 +613,7 @@ class Daemon:
                 return
             run = self.children.pop(pid, None)
             if run is not None:
+                crash_point("daemon.reaped")
                 self._ended(run, os.waitstatus_to_exitcode(status), now)
 
     def _ended(self, run: Running, code: int | None, now: int) -> None:
@@ -615,6 +644,7 @@ class Daemon:
             delay = 0 if code is None else self._backoff(held.task.attempt)
             try:
                 name = transitions.retry(self.spool, held, now + delay)
+                crash_point("daemon.finished")
                 self._touched.add(self.spool.bucket_dir(name.bucket))
             except FileNotFoundError:
                 return
@@ -630,12 +660,13 @@ class Daemon:
     def _attempts_left(self, held: ClaimName, body: TaskBody) -> bool:
         """Whether the budget (max_attempts since submit or the last retry) allows more."""
         records = journal.read(self.spool.log_dir(body.id))  # only after a failure
-        first = journal.schedule(records, body.run_at)[1]
+        first = journal.budget_start(records, held.task.attempt)
         return held.task.attempt - first + 1 < body.max_attempts
 
     def _finish(self, held: ClaimName, state: str, now: int) -> None:
         try:
             dest = transitions.finish(self.spool, held, state, now)
+            crash_point("daemon.finished")
             self._touched.add(os.path.dirname(dest))
         except FileNotFoundError:
             return
@@ -664,6 +695,7 @@ class Daemon:
                 continue
             try:
                 run.claim = transitions.renew(self.spool, run.claim, now + self.cfg.lease)
+                crash_point("daemon.renewed")
             except FileNotFoundError:
                 self._lease_lost(run, now)
             self._touched.add(self.spool.claimed)
@@ -762,6 +794,7 @@ class Daemon:
             held = transitions.take_over(self.spool, old, self.owner, now + self.cfg.lease)
         except FileNotFoundError:
             return  # the owner renewed it, finished it, or another daemon was first
+        crash_point("daemon.taken-over")
         self._touched.add(self.spool.claimed)
         log.info("took over %s from %s: %s", old.task.id, old.owner, why)
         self._note(held, "taken-over", now, previous_owner=old.owner, reason=why, phase=old.phase)
@@ -835,7 +868,11 @@ def _no_inherit() -> None:
     Ours are already; a library's may not be (watchdog's inotify descriptor
     is not), and posix_spawn, unlike subprocess, closes nothing by itself.
     """
-    for name in os.listdir("/proc/self/fd"):
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return  # no /proc: nothing to sweep with; our own descriptors are CLOEXEC
+    for name in names:
         fd = int(name)
         if fd > 2:
             try:

@@ -119,10 +119,10 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
 
 
 def listdir(path: str) -> list[str]:
-    """List a directory, sorted; a missing directory is empty."""
+    """List a directory, sorted; a missing one (or a file in its place) is empty."""
     try:
         return sorted(os.listdir(path))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
 
 

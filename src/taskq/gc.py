@@ -53,7 +53,8 @@ def collect(spool: Spool, now: int, older_than: int, dry_run: bool = False) -> R
             continue
         for key in keys:
             _unlink(key)
-        fsutil.syncfs(spool.root)
+        if keys:
+            fsutil.fsync_dir(spool.keys)
         for path, entry in tasks:
             if _is_task(entry):
                 shutil.rmtree(spool.log_dir(TaskName.parse(entry).id), ignore_errors=True)

@@ -66,25 +66,31 @@ def _path(log_dir: str) -> str:
     return os.path.join(log_dir, JOURNAL)
 
 
-def schedule(records: list[dict[str, Any]], run_at: int) -> tuple[int, int]:
-    """The task's current schedule: (its run time, the first attempt of its budget).
+def budget_start(records: list[dict[str, Any]], attempt: int) -> int:
+    """The first attempt of the task's current budget: 1, or an operator's retry.
 
-    Starts from the submitted run time and attempt 1; an operator's
-    `reschedule` moves the run time, a `retry` moves both. Deadlines
-    (--expires), TASKQ_RUN_AT and the attempt budget count from these.
+    Only a retry that took effect counts: its record is not revoked, and its
+    attempt number is not beyond the attempt the task has reached (a retry
+    whose rename never happened, after a crash, names an attempt never made).
     """
-    from taskq.timespec import parse_when
-
     first = 1
     for i, r in enumerate(records):
-        if r["event"] not in ("rescheduled", "retried") or not isinstance(r.get("run_at"), str):
+        n = r.get("attempt")
+        if r["event"] != "retried" or not isinstance(n, int) or n > attempt:
             continue
-        if _revoked(r, records[i + 1 :]):
-            continue  # written before its rename, which then lost a race
-        run_at = parse_when(r["run_at"], run_at)
-        if r["event"] == "retried" and isinstance(r.get("attempt"), int):
-            first = r["attempt"]
-    return run_at, first
+        if not _revoked(r, records[i + 1 :]):
+            first = n
+    return first
+
+
+def scheduled_run_at(records: list[dict[str, Any]], first: int, default: int) -> int:
+    """When the first attempt of the budget was due: the start record says."""
+    from taskq.timespec import parse_when
+
+    for r in records:
+        if r["event"] == "start" and r.get("attempt") == first and isinstance(r.get("run_at"), str):
+            return parse_when(r["run_at"], default)
+    return default
 
 
 def revoke(log_dir: str, event: str, written: int) -> None:

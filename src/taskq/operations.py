@@ -16,6 +16,7 @@ from typing import Any
 from taskq import fsutil, journal, runner, transitions
 from taskq.clock import wall_us
 from taskq.errors import Conflict
+from taskq.faults import crash_point
 from taskq.spool import END_STATES, Located, Spool
 from taskq.task import TaskName, check_id
 from taskq.timespec import format_iso
@@ -50,6 +51,7 @@ def cancel(spool: Spool, task_id: str) -> Located:
             return found  # asked already; its daemon is stopping it
         if found.state == "running" and found.claim is not None:
             transitions.request_cancel(spool, found.claim)
+            crash_point("cancel.renamed")
             _durable(spool.claimed)
             journal.append(
                 log_dir,
@@ -61,6 +63,7 @@ def cancel(spool: Spool, task_id: str) -> Located:
             spool.ring()  # its daemon sees the claim renamed and stops the attempt
             return found
         dest = transitions.cancel(spool, found)
+        crash_point("cancel.renamed")
         _durable(os.path.dirname(found.path), os.path.dirname(dest))
         journal.append(
             log_dir,
@@ -95,6 +98,7 @@ def reschedule(spool: Spool, task_id: str, run_at: int) -> TaskName:
             run_at=format_iso(run_at),
             previous=format_iso(found.name.run_at),
         )
+        crash_point("reschedule.recorded")
         try:
             name = transitions.reschedule(spool, found, run_at)
         except FileNotFoundError:
@@ -125,6 +129,7 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
             run_at=format_iso(run_at),
             by_pid=os.getpid(),
         )
+        crash_point("retry.recorded")
         try:
             name = transitions.requeue(spool, found, run_at)
         except FileNotFoundError:

@@ -37,7 +37,7 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
         expires=None if body.expires is None else body.expires / SECOND,
         stdin_bytes=None if body.stdin is None else len(body.stdin),
         expired=journal.expired(records),
-        budget_from=journal.schedule(records, body.run_at)[1],
+        budget_from=journal.budget_start(records, found.name.attempt),
         path=found.path,
         attempts=records,
     )

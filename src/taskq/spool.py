@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from taskq import fsutil
 from taskq.errors import CorruptFile, NotFound
+from taskq.faults import crash_point
 from taskq.task import MAX_BODY, ClaimName, TaskBody, TaskName, check_id, valid_bucket
 from taskq.timespec import format_compact
 
@@ -189,6 +190,7 @@ class Spool:
                 continue
             except FileNotFoundError:
                 return None
+            crash_point("daemon.quarantined")
             origin = os.path.relpath(path, self.root)
             fsutil.write_new(dest + ".reason", f"{origin}: {reason}\n".encode(), sync=False)
             fsutil.fsync_dir(self.corrupt)

@@ -13,6 +13,7 @@ import hashlib
 import os
 
 from taskq import fsutil
+from taskq.faults import crash_point
 from taskq.spool import Spool
 from taskq.task import TaskBody, TaskName
 
@@ -33,13 +34,16 @@ def submit(spool: Spool, body: TaskBody) -> tuple[TaskName, bool]:
     bound = None
     try:
         fsutil.write_new(tmp, body.to_json())
+        crash_point("submit.written")
         if body.key is not None:
             existing = _bind_key(spool, body.key, name)
             if existing is not None:
                 os.unlink(tmp)
                 return existing, False
             bound = key_path(spool, body.key)
+            crash_point("submit.key-bound")
         publish(spool, tmp, name)
+        crash_point("submit.synced")
     except OSError as e:
         if _withdraw(spool, tmp, name) and bound is not None:
             _discard(bound)
@@ -71,6 +75,7 @@ def publish(spool: Spool, tmp: str, name: TaskName) -> bool:
     so a vanished bucket is created again.
     """
     published = _place(spool, tmp, name)
+    crash_point("submit.renamed")
     fsutil.fsync_dir(spool.bucket_dir(name.bucket))
     fsutil.fsync_dir(spool.pending)
     return published
@@ -118,6 +123,7 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
         for i in todo:
             fsutil.write_new(tmps[i], bodies[i].to_json(), sync=False)
         fsutil.syncfs(spool.root)
+        crash_point("submit.written")
         keyed = [i for i in todo if bodies[i].key is not None]
         for i in keyed:
             existing = _bind_key(spool, str(bodies[i].key), names[i], sync=False)
@@ -128,11 +134,14 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
                 os.unlink(tmps[i])
         if keyed:
             fsutil.syncfs(spool.root)
+            crash_point("submit.key-bound")
         for i in todo:
             if results[i] is None:
                 _place(spool, tmps[i], names[i])
                 results[i] = (names[i], True)
+                crash_point("submit.renamed")
         fsutil.syncfs(spool.root)
+        crash_point("submit.synced")
         for i, first in repeats.items():
             results[i] = (results[first] or (names[first], True))[0], False
     except OSError as e:

@@ -1,0 +1,48 @@
+"""Crash points for fault-injection tests; free when TASKQ_CRASH_AT is unset.
+
+Every step of every transition names a crash point. With TASKQ_CRASH_AT set
+to a point's name (or NAME:N, the Nth time it is reached), the process
+kills itself with SIGKILL there, exactly as a power cut or kill -9 would
+stop it between two system calls. Tests then restart taskq and check that
+no accepted task is lost, none starts early, and every repeat is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_SPEC = os.environ.get("TASKQ_CRASH_AT") or None
+_NAME, _, _NTH = (_SPEC or "").partition(":")
+_WHEN = int(_NTH) if _NTH.isdigit() else 1
+_seen = 0
+
+POINTS = (
+    "submit.written",  # the body is durable in tmp/, not yet published
+    "submit.key-bound",  # the key file names the task, which is still in tmp/
+    "submit.renamed",  # the task is in its bucket; the bucket is not yet synced
+    "submit.synced",  # durable; the id is not yet printed
+    "daemon.claimed",  # pending -> claimed, not yet committed
+    "daemon.started",  # claimed -> started, not yet committed
+    "daemon.committed",  # the start is durable; the child is not yet spawned
+    "daemon.spawned",  # the child runs; its start is not yet journalled
+    "daemon.reaped",  # the child has ended; the task has not moved on
+    "daemon.finished",  # started -> done/failed/pending (retry), not yet committed
+    "daemon.renewed",  # a lease renewed, not yet committed
+    "daemon.taken-over",  # another owner's claim is ours, not yet settled
+    "daemon.released",  # a claim released to pending, not yet committed
+    "daemon.quarantined",  # a bad file moved to corrupt/, its reason not yet written
+    "cancel.renamed",  # the task is cancelled (or cancelling), not yet synced
+    "reschedule.recorded",  # the new schedule is journalled, the task not yet moved
+    "retry.recorded",  # the retry is journalled, the task not yet moved
+)
+
+
+def crash_point(name: str) -> None:
+    """Die here, with SIGKILL, if the tests asked for this point."""
+    global _seen
+    if _SPEC is None or name != _NAME:
+        return
+    _seen += 1
+    if _seen == _WHEN:
+        os.kill(os.getpid(), signal.SIGKILL)
