@@ -211,3 +211,74 @@ def test_spool_option_beats_environment(tq: Taskq, tmp_path: Path) -> None:
     other = tmp_path / "other"
     tq.run("--spool", str(other), "submit", "--", "true")
     assert len(pending_files(other)) == 1 and not (tq.spool / "pending").exists()
+
+
+def fill(fs: Path, inodes: bool = True) -> Path:
+    """Fill a filesystem's blocks (and inodes); return the directory to remove to free it."""
+    filler = fs / "filler"
+    filler.mkdir()
+    fd = os.open(filler / "blocks", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"x" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        for i in range(100_000 if inodes else 0):
+            os.close(os.open(filler / str(i), os.O_WRONLY | os.O_CREAT))
+    except OSError:
+        pass
+    return filler
+
+
+def test_daemon_waits_out_a_full_disk_and_loses_nothing(tq: Taskq, small_fs: Path) -> None:
+    """No room for an attempt's logs: the task goes back to pending, not to a failed attempt."""
+    from conftest import Daemon, wait_for
+
+    spooled = Taskq(small_fs / "spool")
+    spooled.submit("--", "true")  # the spool exists before the daemon
+    daemon = Daemon(spooled, small_fs.parent / "daemon.log", "--host-id", "full")
+    try:
+        ids = [spooled.submit("--in", "1.5s", "--", "true") for _ in range(3)]
+        filler = fill(small_fs)
+        wait_for(lambda: "pausing dispatch" in daemon.text(), 15, "the daemon to notice")
+        assert daemon.proc.poll() is None
+        assert all(spooled.state(i) == "pending" for i in ids)
+        shutil.rmtree(filler)
+        for task_id in ids:
+            doc = spooled.wait_state(task_id, ("done",), timeout=30)
+            assert doc["attempt"] == 1  # the full disk cost no attempt
+    finally:
+        daemon.stop()
+
+
+def test_daemon_starting_on_a_full_disk_waits(tq: Taskq, small_fs: Path) -> None:
+    from conftest import Daemon, wait_for
+
+    spooled = Taskq(small_fs / "spool")
+    task_id = spooled.submit("--", "true")
+    filler = fill(small_fs, inodes=False)
+    daemon = Daemon(spooled, small_fs.parent / "daemon.log", "--host-id", "full")
+    try:
+        wait_for(lambda: "cannot measure the clock" in daemon.text(), 15, "the daemon to say why")
+        assert spooled.state(task_id) == "pending" and daemon.proc.poll() is None
+        shutil.rmtree(filler)
+        spooled.wait_state(task_id, ("done",), timeout=30)
+    finally:
+        daemon.stop()
+    filler = fill(small_fs)  # not even an inode for its lock: it cannot start, and says so
+    proc = spooled.run("daemon", check=False)
+    assert proc.returncode == 75 and proc.stderr.count(b"\n") == 1
+    assert b"No space left on device" in proc.stderr
+
+
+def test_daemon_on_a_read_only_spool_says_so(small_fs: Path) -> None:
+    spooled = Taskq(small_fs / "spool")
+    spooled.submit("--", "true")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    proc = spooled.run("daemon", check=False)
+    assert proc.returncode == 75, proc.stderr
+    assert b"Read-only file system" in proc.stderr and proc.stderr.count(b"\n") == 1
+    assert spooled.run("ls").returncode == 0  # reading still works

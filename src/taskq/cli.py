@@ -356,8 +356,13 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
         if pidfile is not None:
             pidfile.acquire()
         status = Daemon(spool, cfg, on_hup=lambda: logsetup.reopen(handler)).run()
+    except (TaskqError, OSError) as e:
+        # Detached, stderr is /dev/null: the log is the only place an error
+        # shows. In the foreground the log line is the one-line message.
+        logsetup.fatal(e)
+        err = e if isinstance(e, TaskqError) else fsutil.as_taskq_error(e, "taskq daemon")
+        sys.exit(err.exit_status)
     except Exception as e:
-        # Detached, stderr is /dev/null: the log is the only place an error shows.
         logsetup.fatal(e)
         raise
     finally:

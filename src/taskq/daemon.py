@@ -44,6 +44,7 @@ log = logging.getLogger("taskq")
 # looks again just before the spawn, does not start it.
 PREPARE_LEAD = 20 * MS
 SPIN = 2 * MS  # a prepared task due sooner than this is waited for in place
+FULL_PAUSE = 5 * SECOND  # no dispatching this long after the spool was full
 
 
 @dataclass
@@ -111,12 +112,14 @@ class Daemon:
         self.last_renew = float("-inf")  # the first iteration renews and scans claims
         self.next_clock_check = 0.0
         self.next_gc = 0.0
+        self.paused_until = 0.0
         self.claims_changed = False
         self.notify = Notifier()
         self.told_ready = self.told_stopping = False
         self.next_status = self.next_watchdog = 0.0
         self.last_mono = time.monotonic()
         self.clock_ok = True
+        self.clock_problem: str | None = None
         self.started_at = self.clock.now()
         self.sel = selectors.DefaultSelector()
 
@@ -183,23 +186,28 @@ class Daemon:
 
     def _check_clock(self, now: int) -> None:
         """Measure our offset from the spool's clock; stop or resume dispatching."""
-        offset = self.clock.measure(self._probe_path)
-        trusted = self.clock.trusted()
-        eps = format_duration(self.clock.uncertainty())
+        try:
+            offset = self.clock.measure(self._probe_path)
+            trusted, problem = self.clock.trusted(), None
+        except OSError as e:
+            # A full or read-only disk: keep the last measurement if there is
+            # one; without any, do not trust the clock, and try again soon.
+            offset, trusted = self.clock.offset, self.clock.measured and self.clock.trusted()
+            problem = f"cannot measure the clock against the spool ({e.strerror})"
+        if not trusted and problem is None:
+            side = "ahead of" if offset > 0 else "behind"
+            problem = (
+                f"clock uncertainty {format_duration(self.clock.uncertainty())} exceeds "
+                f"--max-uncertainty {format_duration(self.cfg.max_uncertainty)} (our clock is "
+                f"{format_duration(abs(offset))} {side} the spool filesystem's)"
+            )
         if trusted and not self.clock_ok:
+            eps = format_duration(self.clock.uncertainty())
             log.warning("clock uncertainty %s is within bounds again: dispatching", eps)
             self.rescan_wanted = True
-        elif not trusted and self.clock_ok:
-            side = "ahead of" if offset > 0 else "behind"
-            log.error(
-                "clock uncertainty %s exceeds --max-uncertainty %s (our clock is %s %s the "
-                "spool filesystem's): not dispatching until the clocks agree",
-                eps,
-                format_duration(self.cfg.max_uncertainty),
-                format_duration(abs(offset)),
-                side,
-            )
-        self.clock_ok = trusted
+        elif not trusted and problem != self.clock_problem:
+            log.error("%s: not dispatching until that changes", problem)
+        self.clock_ok, self.clock_problem = trusted, (None if trusted else problem)
         every = self.cfg.clock_check if trusted else min(self.cfg.clock_check, SECOND)
         self.next_clock_check = time.monotonic() + every / SECOND
         self._write_status(now)
@@ -226,7 +234,7 @@ class Daemon:
             "started_at": format_iso(self.started_at),
             "updated_at": format_iso(now),
             "dispatching": self.clock_ok and not self.stopping,
-            "reason": None if self.clock_ok else "clock uncertainty over the maximum",
+            "reason": self.clock_problem,
             "stopping": self.stopping,
             "uncertainty": self.clock.uncertainty() / SECOND,
             "offset": self.clock.offset / SECOND,
@@ -320,7 +328,7 @@ class Daemon:
         self._renew_leases(now)
         if not self.stopping:
             self._maybe_rescan(now)
-            if self.clock_ok:
+            if self.clock_ok and time.monotonic() >= self.paused_until:
                 self._dispatch(now)
         self._commit()
         self._start_claimed()
@@ -350,8 +358,7 @@ class Daemon:
     def _status_text(self) -> str:
         busy = f"{len(self._attempts())}/{self.cfg.workers} workers busy"
         if not self.clock_ok:
-            eps = format_duration(self.clock.uncertainty())
-            return f"NOT dispatching: clock uncertainty {eps} over the maximum; {busy}"
+            return f"NOT dispatching: {self.clock_problem}; {busy}"
         return f"dispatching; {busy}; {len(self.index)} task(s) due soon"
 
     def _commit(self) -> None:
@@ -395,7 +402,9 @@ class Daemon:
         else:
             deadlines.append(self.last_rescan + self.cfg.rescan / SECOND)
             nxt = self.index.next_run_at(self._queue_open())
-            if nxt is not None and self._free_slots() > 0 and self.clock_ok:
+            if mono < self.paused_until:
+                deadlines.append(self.paused_until)
+            elif nxt is not None and self._free_slots() > 0 and self.clock_ok:
                 prepare_at = self.clock.earliest_start(nxt) - self._prepare_lead()
                 wait = (prepare_at - self.clock.now()) / SECOND
                 deadlines.append(mono + wait)
@@ -553,6 +562,25 @@ class Daemon:
         while not self.clock.may_start(run_at, now := self.clock.now()):
             time.sleep((self.clock.earliest_start(run_at) - now) / SECOND)
 
+    def _spool_full(self, held: ClaimName, e: OSError, now: int) -> None:
+        """No room to start an attempt (disk full, read-only): put the task back.
+
+        It is not a failed attempt: the task returns to pending unchanged, and
+        dispatching pauses for a while; nothing is lost, and it runs once the
+        spool can be written again.
+        """
+        try:
+            self._released(transitions.release(self.spool, held))
+        except FileNotFoundError:
+            return
+        self.paused_until = time.monotonic() + FULL_PAUSE / SECOND
+        log.error(
+            "cannot start %s: %s; pausing dispatch for %s",
+            held.task.id,
+            e.strerror,
+            format_duration(FULL_PAUSE),
+        )
+
     def _scheduled(self, body: TaskBody, name: TaskName) -> int:
         """The task's run time as last set by a person (submit, reschedule, retry).
 
@@ -576,6 +604,9 @@ class Daemon:
             child = runner.spawn(body, held.task, log_dir, env)
             crash_point("daemon.spawned")
         except OSError as e:
+            if e.errno in fsutil.TEMPORARY_ERRNOS:
+                self._spool_full(held, e, now)
+                return
             log.error("cannot start %s: %s", body.id, e)
             self._note(held, "spawn-failed", now, error=str(e))
             self._after_attempt(held, body, 127, now)

@@ -19,7 +19,7 @@ _RENAME_NOREPLACE = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 _renameat2 = getattr(_libc, "renameat2", None)
 _syncfs = getattr(_libc, "syncfs", None)
-_TEMPORARY = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EAGAIN, errno.EIO, errno.EBUSY}
+TEMPORARY_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EAGAIN, errno.EIO, errno.EBUSY}
 
 
 def rename_noreplace(src: str, dst: str) -> None:
@@ -100,6 +100,9 @@ def read_spool_file(path: str, limit: int) -> bytes:
             raise CorruptFile("not a regular file")
         if st.st_nlink != 1:
             raise CorruptFile(f"has {st.st_nlink} hard links")
+        if st.st_mode & 0o022:
+            # Someone else could have rewritten the request: never run it.
+            raise CorruptFile(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
         if st.st_size > limit:
             raise CorruptFile(f"too large ({st.st_size} bytes, limit {limit})")
         return os.read(fd, limit + 1)
@@ -129,7 +132,7 @@ def listdir(path: str) -> list[str]:
 def as_taskq_error(e: OSError, what: str) -> TaskqError:
     """Classify an OSError: transient (exit 75), permission, or plain failure."""
     reason = e.strerror or str(e)
-    if e.errno in _TEMPORARY:
+    if e.errno in TEMPORARY_ERRNOS:
         return TempFail(f"{what}: {reason}")
     if e.errno in (errno.EACCES, errno.EPERM):
         return NoPermission(f"{what}: {reason}")
