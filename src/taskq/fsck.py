@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from taskq import fsutil
 from taskq.errors import BadInput, CorruptFile, NotFound
-from taskq.spool import SUBDIRS, Spool
+from taskq.limits import CONFIG
+from taskq.spool import DOORBELL, SUBDIRS, Spool
 from taskq.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket
 from taskq.timespec import HOUR, SECOND
 
@@ -89,6 +90,10 @@ class Checker:
             mode = stat.S_IMODE(os.lstat(path).st_mode)
             if mode & 0o077 and self.fix(f"{self.rel(path)}/ has mode {mode:04o}", "set to 0700"):
                 os.chmod(path, 0o700)
+        known = {*SUBDIRS, DOORBELL, CONFIG}
+        for entry in fsutil.listdir(self.spool.root):
+            if entry not in known:
+                self.quarantine(os.path.join(self.spool.root, entry), "not part of a spool")
 
     def quarantine(self, path: str, reason: str) -> None:
         if self.fix(f"{self.rel(path)}: {reason}", "quarantined in corrupt/"):

@@ -191,8 +191,10 @@ class Spool:
             except FileNotFoundError:
                 return None
             crash_point("daemon.quarantined")
-            origin = os.path.relpath(path, self.root)
-            fsutil.write_new(dest + ".reason", f"{origin}: {reason}\n".encode(), sync=False)
+            # One line, whatever the name held: escape newlines and the like.
+            line = f"{os.path.relpath(path, self.root)}: {reason}"
+            line = line.encode("unicode_escape", "backslashreplace").decode("ascii")
+            fsutil.write_new(dest + ".reason", f"{line}\n".encode(), sync=False)
             fsutil.fsync_dir(self.corrupt)
             return dest
         raise CorruptFile(f"cannot quarantine {path}: too many clashing names")
