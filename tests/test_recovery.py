@@ -75,7 +75,7 @@ def test_lost_attempt_is_recorded_and_retried(
     [lost] = [e for e in events(doc, "end") if e.get("lost")]
     assert lost["attempt"] == 1 and "may have run in part" in lost["notes"][0]
     assert events(doc, "retry")[0]["next_attempt"] == 2
-    tq.run("cancel", task_id, check=False)  # running: refused, it just ends with the test
+    tq.run("cancel", task_id, check=False)  # stop the retry's 30-second sleep
 
 
 def test_sigterm_waits_for_children_then_exits_zero(

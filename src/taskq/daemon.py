@@ -51,7 +51,7 @@ FULL_PAUSE = 5 * SECOND  # no dispatching this long after the spool was full
 class Config:
     """Daemon settings; durations in microseconds."""
 
-    workers: int = 4
+    workers: int = 8
     lease: int = 60 * SECOND
     host_id: str = "localhost"
     retry_delay: int = 10 * SECOND  # the first retry's backoff; doubles each attempt
@@ -388,7 +388,7 @@ class Daemon:
 
     def _released(self, name: TaskName) -> None:
         crash_point("daemon.released")
-        self._touched.add(self.spool.bucket_dir(name.bucket))
+        self._touched.update((self.spool.bucket_dir(name.bucket), self.spool.pending))
         self.index.push(name)
 
     def _timeout(self) -> float:
@@ -676,8 +676,12 @@ class Daemon:
             try:
                 name = transitions.retry(self.spool, held, now + delay)
                 crash_point("daemon.finished")
-                self._touched.add(self.spool.bucket_dir(name.bucket))
+                self._touched.update((self.spool.bucket_dir(name.bucket), self.spool.pending))
             except FileNotFoundError:
+                asked = self._cancelling(held)
+                if asked is not None:
+                    self._note(asked, "cancelled", now, reason="as its attempt ended")
+                    self._finish(asked, "cancelled", now)
                 return
             self._touched.add(self.spool.claimed)
             self._note(
@@ -698,8 +702,13 @@ class Daemon:
         try:
             dest = transitions.finish(self.spool, held, state, now)
             crash_point("daemon.finished")
-            self._touched.add(os.path.dirname(dest))
+            self._touched.update((os.path.dirname(dest), self.spool.done))  # a new day's parent
         except FileNotFoundError:
+            asked = self._cancelling(held) if held.phase != "cancelling" else None
+            if asked is not None:
+                # `taskq cancel` renamed the claim as the attempt ended: it is cancelled.
+                self._note(asked, "cancelled", now, reason="as its attempt ended")
+                self._finish(asked, "cancelled", now)
             return
         self._touched.add(self.spool.claimed)
 
