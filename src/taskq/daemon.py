@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskq import fsutil, gc, journal, runner, status, transitions
+from taskq import fsutil, gc, journal, limits, runner, security, status, transitions
 from taskq.clock import Clock
 from taskq.dueindex import DueIndex
 from taskq.errors import CorruptFile
@@ -103,6 +103,8 @@ class Daemon:
         self.children: dict[int, Running] = {}
         self.adopted: dict[str, Running] = {}
         self.to_start: list[tuple[ClaimName, TaskBody]] = []
+        self.users: dict[str, security.RunAs] = {}  # who each prepared task runs as
+        self.policy = limits.load_policy(spool)
         self._touched: set[str] = set()  # directories whose entries changed this iteration
         self.commit_times: collections.deque[float] = collections.deque(maxlen=32)
         self.stopping = False
@@ -495,9 +497,22 @@ class Daemon:
 
     def _prepare(self, held: ClaimName, now: int) -> None:
         """Read a fresh claim's body, expire it or mark it started."""
-        body = self._read_body(transitions.claim_path(self.spool, held), now)
-        if body is None:
+        path = transitions.claim_path(self.spool, held)
+        try:
+            body, owner = self.spool.read_task(path)
+            user = security.run_as(owner, self.policy)
+        except CorruptFile as e:
+            self._quarantine(path, str(e), now)
             return
+        except ValueError as e:  # an owner who may not run tasks here: never run it
+            self._quarantine(path, str(e), now)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self._quarantine(path, self._unreadable(path, e), now)
+            return
+        self.users[held.task.id] = user
         if body.id != held.task.id:
             reason = f"body id {body.id} does not match the file name"
             self._quarantine(transitions.claim_path(self.spool, held), reason, now)
@@ -526,6 +541,16 @@ class Daemon:
             self._quarantine(path, f"unreadable: {e.strerror}", now)
         return None
 
+    def _unreadable(self, path: str, e: OSError) -> str:
+        """Why a task file cannot be read: most often, it is not ours to read."""
+        try:
+            security.run_as(os.lstat(path).st_uid, self.policy)
+        except ValueError as refusal:
+            return str(refusal)
+        except OSError:
+            pass
+        return f"unreadable: {e.strerror}"
+
     def _quarantine(self, path: str, reason: str, now: int) -> None:
         if self.spool.quarantine(path, reason, now):
             log.warning("quarantined %s: %s", os.path.relpath(path, self.spool.root), reason)
@@ -550,6 +575,7 @@ class Daemon:
             self._wait_until_due(held.task.run_at)
             if not os.path.exists(transitions.claim_path(self.spool, held)):
                 # Cancelled (or taken) in the moment since we prepared it.
+                self.users.pop(held.task.id, None)
                 asked = self._cancelling(held)
                 if asked is not None:
                     self._note(asked, "cancelled", self.clock.now(), reason="before it started")
@@ -598,10 +624,13 @@ class Daemon:
 
     def _spawn(self, held: ClaimName, body: TaskBody) -> None:
         log_dir = self.spool.log_dir(body.id)
-        env = runner.task_env(body, held.task, self.spool.root, self._scheduled(body, held.task))
+        user = self.users.pop(held.task.id, None)
+        env = runner.task_env(
+            body, held.task, self.spool.root, self._scheduled(body, held.task), user
+        )
         now = self.clock.now()
         try:
-            child = runner.spawn(body, held.task, log_dir, env)
+            child = runner.spawn(body, held.task, log_dir, env, user)
             crash_point("daemon.spawned")
         except OSError as e:
             if e.errno in fsutil.TEMPORARY_ERRNOS:

@@ -88,6 +88,11 @@ def _unlink_quietly(path: str) -> None:
 
 def read_spool_file(path: str, limit: int) -> bytes:
     """Read a spool file, refusing symlinks, hard-linked and oversized files."""
+    return read_spool_file_owned(path, limit)[0]
+
+
+def read_spool_file_owned(path: str, limit: int) -> tuple[bytes, int]:
+    """Read a spool file as read_spool_file does; also return its owner's uid."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
@@ -105,7 +110,7 @@ def read_spool_file(path: str, limit: int) -> bytes:
             raise CorruptFile(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
         if st.st_size > limit:
             raise CorruptFile(f"too large ({st.st_size} bytes, limit {limit})")
-        return os.read(fd, limit + 1)
+        return os.read(fd, limit + 1), st.st_uid
     finally:
         os.close(fd)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from taskq import fsutil
 from taskq.errors import ConfigError, TempFail
+from taskq.security import Policy
 from taskq.spool import Spool
 from taskq.task import TaskName, bucket_of, valid_bucket
 
@@ -55,6 +56,32 @@ def load(spool: Spool) -> Limits:
         min_free_bytes=_size(path, table.get("min_free_bytes", 0)),
         min_free_inodes=_count(path, table, "min_free_inodes"),
     )
+
+
+def load_policy(spool: Spool) -> Policy:
+    """Read the [security] table: allow = [users] (absent: all), deny = [users]."""
+    import tomllib
+
+    path = os.path.join(spool.root, CONFIG)
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f).get("security", {})
+    except FileNotFoundError:
+        return Policy()
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
+    if not isinstance(table, dict) or set(table) - {"allow", "deny"}:
+        raise ConfigError(f"{path}: [security] takes only allow and deny")
+    lists = {}
+    for key in ("allow", "deny"):
+        value = table.get(key)
+        if value is not None and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            raise ConfigError(f"{path}: security.{key} must be a list of user names")
+        lists[key] = value
+    allow = None if lists["allow"] is None else frozenset(lists["allow"])
+    return Policy(allow=allow, deny=frozenset(lists["deny"] or ()))
 
 
 def _count(path: str, table: dict[str, Any], key: str) -> int:

@@ -18,6 +18,7 @@ import pwd
 import signal
 from dataclasses import dataclass
 
+from taskq.security import RunAs
 from taskq.task import TaskBody, TaskName
 from taskq.timespec import format_iso
 
@@ -59,9 +60,15 @@ def _identity(uid: int) -> dict[str, str]:
     return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name, "SHELL": SH}
 
 
-def task_env(body: TaskBody, name: TaskName, spool_root: str, run_at: int) -> dict[str, str]:
+def task_env(
+    body: TaskBody, name: TaskName, spool_root: str, run_at: int, user: RunAs | None = None
+) -> dict[str, str]:
     """The child's environment: the body's env, identity, and TASKQ_* facts."""
     env = dict(body.env)
+    if user is not None and user.switch:
+        # Another user's task: its identity, not the daemon's, as login would set it.
+        ident = {"HOME": user.home, "USER": user.name, "LOGNAME": user.name, "SHELL": SH}
+        env.update(ident)
     for k, v in _identity(os.getuid()).items():
         env.setdefault(k, v)
     env.update(
@@ -75,7 +82,9 @@ def task_env(body: TaskBody, name: TaskName, spool_root: str, run_at: int) -> di
     return env
 
 
-def spawn(body: TaskBody, name: TaskName, log_dir: str, env: dict[str, str]) -> Spawned:
+def spawn(
+    body: TaskBody, name: TaskName, log_dir: str, env: dict[str, str], user: RunAs | None = None
+) -> Spawned:
     """Start the attempt; the status file is locked before the child exists."""
     os.makedirs(log_dir, mode=0o700, exist_ok=True)
     flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -84,6 +93,10 @@ def spawn(body: TaskBody, name: TaskName, log_dir: str, env: dict[str, str]) -> 
     in_fd = _stdin_fd(body.stdin)
     try:
         fcntl.flock(status_fd, fcntl.LOCK_EX)
+        argv = [SH, "-c", SUPERVISOR, "taskq-attempt", body.cwd, *body.argv]
+        if user is not None and user.switch:
+            pid = _fork_as(user, argv, env, (in_fd, out_fd, out_fd, status_fd))
+            return Spawned(pid, proc_start_time(pid))
         pid = os.posix_spawn(
             SH,
             [SH, "-c", SUPERVISOR, "taskq-attempt", body.cwd, *body.argv],
@@ -107,6 +120,30 @@ def spawn(body: TaskBody, name: TaskName, log_dir: str, env: dict[str, str]) -> 
         for fd in (status_fd, out_fd, in_fd):
             os.close(fd)
     return Spawned(pid, proc_start_time(pid))
+
+
+def _fork_as(user: RunAs, argv: list[str], env: dict[str, str], fds: tuple[int, ...]) -> int:
+    """fork, then in the child: new session, fds 0-3, the user's groups, gid, uid; exec.
+
+    posix_spawn cannot change user, so a root daemon running another user's
+    task forks. The child only calls async-signal-safe system calls before
+    exec (the daemon has a thread), and exits 127 if any of them fails.
+    """
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        os.setgroups(list(user.groups))
+        os.setgid(user.gid)
+        os.setuid(user.uid)
+        os.execve(argv[0], argv, env)
+    finally:
+        os._exit(127)
 
 
 def _stdin_fd(data: bytes | None) -> int:

@@ -103,8 +103,12 @@ class Spool:
 
     def read_body(self, path: str) -> TaskBody:
         """Read and validate a task body; CorruptFile says why it is bad."""
-        body = TaskBody.from_json(fsutil.read_spool_file(path, MAX_BODY))
-        return body
+        return self.read_task(path)[0]
+
+    def read_task(self, path: str) -> tuple[TaskBody, int]:
+        """Read and validate a task body; also return the uid that owns the file."""
+        data, owner = fsutil.read_spool_file_owned(path, MAX_BODY)
+        return TaskBody.from_json(data), owner
 
     # -- lookup ---------------------------------------------------------
 
