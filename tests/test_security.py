@@ -120,3 +120,49 @@ def test_ordinary_daemon_runs_only_its_own_users_tasks(users: list[str]) -> None
         )
     finally:
         shutil.rmtree(home)
+
+
+def test_shared_spool_mode(users: list[str]) -> None:
+    """A root-owned 1770 spool with a group, like atd's: members submit, tasks run as them."""
+    import grp
+
+    group = f"tqg{uuid.uuid4().hex[:6]}"
+    subprocess.run(["groupadd", group], check=True)
+    top = Path(tempfile.mkdtemp(prefix="taskq-shared-"))
+    os.chmod(top, 0o755)  # users must reach the spool: pytest's own tmp dirs are 0700
+    tq = Taskq(top / "spool")
+    daemon = None
+    try:
+        for user in users:
+            subprocess.run(["usermod", "-a", "-G", group, user], check=True)
+        gid = grp.getgrnam(group).gr_gid
+        tq.submit("--in", "1h", "--", "true")  # root makes the layout
+        for path in [tq.spool, *tq.spool.iterdir()]:
+            if path.is_dir():
+                os.chown(path, 0, gid)
+                os.chmod(path, 0o3770)  # setgid and sticky, like atd's spool
+        os.chown(tq.spool / "doorbell", 0, gid)
+        os.chmod(tq.spool / "doorbell", 0o660)
+        daemon = Daemon(tq, top / "daemon.log", "--host-id", "shared")
+        env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
+        ids = {}
+        for user in users:  # both into the same minute bucket, the second into the first's
+            pw = pwd.getpwnam(user)
+            as_user = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups"]
+            proc = subprocess.run(
+                [*as_user, *TASKQ, "submit", "--in", "0.5s", "--cwd", "/", "--", "id", "-un"],
+                env={**env, "HOME": "/"},
+                capture_output=True,
+            )
+            assert proc.returncode == 0, proc.stderr
+            ids[user] = proc.stdout.decode().strip()
+        for user, task_id in ids.items():
+            tq.wait_state(task_id, ("done",))
+            assert tq.run("logs", task_id).stdout.decode() == f"{user}\n"
+        bucket = next(p for p in (tq.spool / "pending").iterdir())
+        assert bucket.stat().st_mode & 0o7777 == 0o3770 and bucket.stat().st_gid == gid
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        shutil.rmtree(top)
+        subprocess.run(["groupdel", group], check=False)

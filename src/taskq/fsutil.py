@@ -116,14 +116,23 @@ def read_spool_file_owned(path: str, limit: int) -> tuple[bytes, int]:
 
 
 def ensure_dir(path: str, mode: int = 0o700) -> bool:
-    """Create a directory if missing; return True if this call created it."""
+    """Create a directory if missing; return True if this call created it.
+
+    In a shared spool (a parent writable by its group, like atd's 1770
+    spool) a new directory takes its parent's mode, setgid and sticky bits
+    included, so that every member of the group can use it and none can
+    remove another's files.
+    """
     try:
         os.mkdir(path, mode)
-        return True
     except FileExistsError:
         if os.path.islink(path) or not os.path.isdir(path):
             raise CorruptFile(f"{path} exists and is not a directory") from None
         return False
+    parent = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
+    if parent & 0o020:
+        os.chmod(path, parent)  # mkdir's mode is cut by the umask; this is not
+    return True
 
 
 def listdir(path: str) -> list[str]:
