@@ -51,7 +51,7 @@ def test_attempt_that_ended_while_no_daemon_ran(
     wait_for(lambda: read_stamps(stamps), 10, "the task to start")
     first.kill()
     status = tq.spool / "logs" / task_id / "1.status"
-    wait_for(lambda: status.read_text().strip() == "5", 10, "the supervisor to record a status")
+    wait_for(lambda: status.read_text() == "S\n5\n", 10, "the supervisor to record a status")
     start_daemon("--retry-delay", "0.1s")
     doc = tq.wait_state(task_id, ("done", "failed"), timeout=20)
     ends = events(doc, "end")
@@ -183,3 +183,20 @@ def test_status_tells_a_dead_daemon_from_a_live_one(tq: Taskq, start_daemon: Sta
     status_file = tq.spool / "run" / f"{here}_{live.proc.pid}.status"
     assert oct(status_file.stat().st_mode & 0o777) == "0o600"
     assert oct((tq.spool / "doorbell").stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_attempt_that_never_began_is_released_not_lost(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    """Its daemon died after creating the status file, before the spawn: no attempt used."""
+    task_id = tq.submit("--", *stamp_cmd(stamps))
+    _orphan(tq, task_id, "started")
+    log_dir = tq.spool / "logs" / task_id
+    log_dir.mkdir(parents=True)
+    (log_dir / "1.status").write_bytes(b"")  # created, never written by a supervisor
+    start_daemon()
+    doc = tq.wait_state(task_id, ("done",))
+    assert events(doc, "released")[0]["reason"] == "never began"
+    assert [r[1] for r in read_stamps(stamps)] == [1] and not any(
+        e.get("lost") for e in events(doc, "end")
+    )

@@ -903,7 +903,16 @@ class Daemon:
             self._note(held, "adopted", now, previous_owner=old.owner, pid=pid)
             log.info("adopted running attempt %d of %s from %s", attempt, body.id, old.owner)
             return
-        code = runner.read_status(log_dir, attempt)
+        began, code = runner.read_supervisor(log_dir, attempt)
+        if not began:
+            # Its daemon died between creating the status file and the spawn.
+            if held.phase == "cancelling":
+                self._note(held, "cancelled", now, reason="before it started")
+                self._finish(held, "cancelled", now)
+                return
+            self._released(transitions.release(self.spool, held))
+            self._note(held, "released", now, reason="never began")
+            return
         if code is None and old.host != self.owner.host:
             run.notes.append(
                 f"lost: {old.owner}'s lease expired with the attempt in flight; "

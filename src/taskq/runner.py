@@ -27,8 +27,10 @@ from taskq.timespec import format_iso
 # catches SIGTERM (sent to the whole group on timeout or cancel) so that it
 # outlives the command and records how it ended; a caught signal reverts to
 # its default in the command, which sees the TERM as usual. SIGKILL ends both.
+# It writes "S" before anything else: an empty status file, unlocked, is an
+# attempt that never began (its daemon died between creating it and the spawn).
 SUPERVISOR = (
-    'trap : TERM; cd -- "$1" || { echo 126 >&3; exit 126; }; shift; '
+    'trap : TERM; echo S >&3; cd -- "$1" || { echo 126 >&3; exit 126; }; shift; '
     '"$@" 3>&-; s=$?; echo $s >&3; exit $s'
 )
 SH = "/bin/sh"
@@ -200,9 +202,16 @@ def supervisor_alive(log_dir: str, attempt: int) -> bool:
 
 def read_status(log_dir: str, attempt: int) -> int | None:
     """The exit status the supervisor recorded, or None if it recorded none."""
+    return read_supervisor(log_dir, attempt)[1]
+
+
+def read_supervisor(log_dir: str, attempt: int) -> tuple[bool, int | None]:
+    """(whether the supervisor began, the exit status it recorded if any)."""
     try:
         with open(status_path(log_dir, attempt), "rb") as f:
-            text = f.read(16).strip()
+            lines = f.read(64).split()
     except FileNotFoundError:
-        return None
-    return int(text) if text.isdigit() else None
+        return False, None
+    began = b"S" in lines
+    code = int(lines[-1]) if lines and lines[-1].isdigit() else None
+    return began or code is not None, code
