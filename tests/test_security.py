@@ -137,10 +137,18 @@ def test_shared_spool_mode(users: list[str]) -> None:
             subprocess.run(["usermod", "-a", "-G", group, user], check=True)
         gid = grp.getgrnam(group).gr_gid
         tq.submit("--in", "1h", "--", "true")  # root makes the layout
-        for path in [tq.spool, *tq.spool.iterdir()]:
-            if path.is_dir():
-                os.chown(path, 0, gid)
-                os.chmod(path, 0o3770)  # setgid and sticky, like atd's spool
+        # Members write only where submissions go; what the daemon keeps (logs/,
+        # claimed/, run/ ...) they may read but not write. Setgid and sticky,
+        # like atd's spool.
+        for directory, _, _ in os.walk(tq.spool):
+            path = Path(directory)
+            writable = path == tq.spool or path.relative_to(tq.spool).parts[0] in (
+                "tmp",
+                "pending",
+                "keys",
+            )
+            os.chown(path, 0, gid)
+            os.chmod(path, 0o3770 if writable else 0o2750)
         os.chown(tq.spool / "doorbell", 0, gid)
         os.chmod(tq.spool / "doorbell", 0o660)
         daemon = Daemon(tq, top / "daemon.log", "--host-id", "shared")
@@ -159,8 +167,12 @@ def test_shared_spool_mode(users: list[str]) -> None:
         for user, task_id in ids.items():
             tq.wait_state(task_id, ("done",))
             assert tq.run("logs", task_id).stdout.decode() == f"{user}\n"
-        bucket = next(p for p in (tq.spool / "pending").iterdir())
-        assert bucket.stat().st_mode & 0o7777 == 0o3770 and bucket.stat().st_gid == gid
+        for bucket in (tq.spool / "pending").iterdir():
+            assert bucket.stat().st_mode & 0o7777 == 0o3770 and bucket.stat().st_gid == gid
+        pw = pwd.getpwnam(users[0])
+        assert (tq.spool / "logs" / ids[users[0]]).stat().st_uid == pw.pw_uid  # theirs to read
+        fsck = tq.run("fsck", "--dry-run").stdout.decode()
+        assert fsck.startswith("fsck: 0 problem(s)"), fsck  # fsck leaves a shared spool alone
     finally:
         if daemon is not None:
             daemon.stop()

@@ -282,3 +282,17 @@ def test_daemon_on_a_read_only_spool_says_so(small_fs: Path) -> None:
     assert proc.returncode == 75, proc.stderr
     assert b"Read-only file system" in proc.stderr and proc.stderr.count(b"\n") == 1
     assert spooled.run("ls").returncode == 0  # reading still works
+
+
+def test_a_new_spool_in_a_world_writable_directory_stays_private(tmp_path: Path) -> None:
+    public = tmp_path / "public"
+    public.mkdir()
+    public.chmod(0o1777)  # like /tmp
+    spooled = Taskq(public / "spool")
+    spooled.submit("--", "true")
+    modes = {
+        p.name: oct(p.stat().st_mode & 0o7777)
+        for p in [spooled.spool, *spooled.spool.iterdir()]
+        if p.is_dir()
+    }
+    assert set(modes.values()) == {"0o700"}, modes

@@ -236,7 +236,7 @@ class Daemon:
             "started_at": format_iso(self.started_at),
             "updated_at": format_iso(now),
             "dispatching": self.clock_ok and not self.stopping,
-            "reason": self.clock_problem,
+            "reason": "stopping" if self.stopping else self.clock_problem,
             "stopping": self.stopping,
             "uncertainty": self.clock.uncertainty() / SECOND,
             "offset": self.clock.offset / SECOND,
@@ -512,7 +512,6 @@ class Daemon:
         except OSError as e:
             self._quarantine(path, self._unreadable(path, e), now)
             return
-        self.users[held.task.id] = user
         if body.id != held.task.id:
             reason = f"body id {body.id} does not match the file name"
             self._quarantine(transitions.claim_path(self.spool, held), reason, now)
@@ -528,6 +527,7 @@ class Daemon:
         except FileNotFoundError:
             return  # cancelled between claim and start: it must not run
         crash_point("daemon.started")
+        self.users[held.task.id] = user
         self.to_start.append((held, body))
 
     def _read_body(self, path: str, now: int) -> TaskBody | None:

@@ -79,6 +79,10 @@ class Checker:
         return self.report
 
     def layout(self) -> None:
+        try:
+            shared = bool(os.stat(self.spool.root).st_mode & 0o020)
+        except OSError:
+            shared = False
         for sub in (".", *SUBDIRS):
             path = os.path.normpath(os.path.join(self.spool.root, sub))
             if not os.path.isdir(path):
@@ -88,8 +92,14 @@ class Checker:
                     os.makedirs(path, 0o700, exist_ok=True)
                 continue
             mode = stat.S_IMODE(os.lstat(path).st_mode)
-            if mode & 0o077 and self.fix(f"{self.rel(path)}/ has mode {mode:04o}", "set to 0700"):
-                os.chmod(path, 0o700)
+            # A shared spool (its root group-writable) keeps its group bits;
+            # no spool directory may be writable by others.
+            loose = 0o007 if shared else 0o077
+            fixed = (mode & ~loose) & 0o7777
+            if mode & loose and self.fix(
+                f"{self.rel(path)}/ has mode {mode:04o}", f"set to {fixed:04o}"
+            ):
+                os.chmod(path, fixed)
         known = {*SUBDIRS, DOORBELL, CONFIG}
         for entry in fsutil.listdir(self.spool.root):
             if entry not in known:

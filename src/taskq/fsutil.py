@@ -130,7 +130,9 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
             raise CorruptFile(f"{path} exists and is not a directory") from None
         return False
     parent = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
-    if parent & 0o020:
+    if parent & 0o020 and not parent & 0o002:
+        # A shared spool's directory (group- but not world-writable; /tmp is
+        # the latter, and a new spool in it stays private).
         os.chmod(path, parent)  # mkdir's mode is cut by the umask; this is not
     return True
 

@@ -101,7 +101,7 @@ def reschedule(spool: Spool, task_id: str, run_at: int) -> TaskName:
         crash_point("reschedule.recorded")
         try:
             name = transitions.reschedule(spool, found, run_at)
-        except FileNotFoundError:
+        except OSError:
             journal.revoke(log_dir, "rescheduled", written)
             raise
         _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
@@ -132,7 +132,7 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
         crash_point("retry.recorded")
         try:
             name = transitions.requeue(spool, found, run_at)
-        except FileNotFoundError:
+        except OSError:
             journal.revoke(log_dir, "retried", written)
             raise
         _durable(spool.failed, spool.bucket_dir(name.bucket), spool.pending)

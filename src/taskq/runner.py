@@ -97,6 +97,13 @@ def spawn(
         fcntl.flock(status_fd, fcntl.LOCK_EX)
         argv = [SH, "-c", SUPERVISOR, "taskq-attempt", body.cwd, *body.argv]
         if user is not None and user.switch:
+            # The owner may read its own attempt's output and status.
+            for path in (
+                log_dir,
+                out_path(log_dir, name.attempt),
+                status_path(log_dir, name.attempt),
+            ):
+                os.chown(path, user.uid, user.gid)
             pid = _fork_as(user, argv, env, (in_fd, out_fd, out_fd, status_fd))
             return Spawned(pid, proc_start_time(pid))
         pid = os.posix_spawn(
@@ -128,8 +135,9 @@ def _fork_as(user: RunAs, argv: list[str], env: dict[str, str], fds: tuple[int, 
     """fork, then in the child: new session, fds 0-3, the user's groups, gid, uid; exec.
 
     posix_spawn cannot change user, so a root daemon running another user's
-    task forks. The child only calls async-signal-safe system calls before
-    exec (the daemon has a thread), and exits 127 if any of them fails.
+    task forks. Between fork and exec the child makes only a few system calls
+    through Python (no locks of the daemon's other thread are needed for
+    them), and exits 127 if any of them fails.
     """
     pid = os.fork()
     if pid:
