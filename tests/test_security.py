@@ -170,7 +170,10 @@ def test_shared_spool_mode(users: list[str]) -> None:
         for bucket in (tq.spool / "pending").iterdir():
             assert bucket.stat().st_mode & 0o7777 == 0o3770 and bucket.stat().st_gid == gid
         pw = pwd.getpwnam(users[0])
-        assert (tq.spool / "logs" / ids[users[0]]).stat().st_uid == pw.pw_uid  # theirs to read
+        log_dir = tq.spool / "logs" / ids[users[0]]
+        assert (log_dir / "1.out").stat().st_uid == pw.pw_uid  # theirs to read
+        assert log_dir.stat().st_uid == 0 and log_dir.stat().st_mode & 0o7777 == 0o2750
+        assert (log_dir / "journal").stat().st_uid == 0  # the history stays the daemon's
         fsck = tq.run("fsck", "--dry-run").stdout.decode()
         assert fsck.startswith("fsck: 0 problem(s)"), fsck  # fsck leaves a shared spool alone
     finally:

@@ -118,10 +118,10 @@ def read_spool_file_owned(path: str, limit: int) -> tuple[bytes, int]:
 def ensure_dir(path: str, mode: int = 0o700) -> bool:
     """Create a directory if missing; return True if this call created it.
 
-    In a shared spool (a parent writable by its group, like atd's 1770
-    spool) a new directory takes its parent's mode, setgid and sticky bits
-    included, so that every member of the group can use it and none can
-    remove another's files.
+    In a shared spool (directories open to a group and closed to others,
+    like atd's 1770 spool) a new directory takes its parent's mode, setgid
+    and sticky bits included, so that the group can use (or read) it as it
+    can its parent, and no member can remove another's files.
     """
     try:
         os.mkdir(path, mode)
@@ -130,9 +130,9 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
             raise CorruptFile(f"{path} exists and is not a directory") from None
         return False
     parent = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
-    if parent & 0o020 and not parent & 0o002:
-        # A shared spool's directory (group- but not world-writable; /tmp is
-        # the latter, and a new spool in it stays private).
+    if parent & 0o070 and not parent & 0o007:
+        # A shared spool's directory: open to its group, closed to others
+        # (/tmp is open to others, and a new spool made in it stays private).
         os.chmod(path, parent)  # mkdir's mode is cut by the umask; this is not
     return True
 

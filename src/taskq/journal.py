@@ -29,7 +29,9 @@ def append(log_dir: str, event: str, now: int, **fields: Any) -> bool:
         try:
             fd = os.open(_path(log_dir), _FLAGS, 0o600)
         except FileNotFoundError:
-            os.makedirs(log_dir, mode=0o700, exist_ok=True)
+            from taskq.fsutil import ensure_dir
+
+            ensure_dir(log_dir)
             fd = os.open(_path(log_dir), _FLAGS, 0o600)
         try:
             os.write(fd, line)

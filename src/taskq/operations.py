@@ -79,6 +79,35 @@ def cancel(spool: Spool, task_id: str) -> Located:
     return result
 
 
+def _recorded_move(
+    spool: Spool,
+    found: Located,
+    event: str,
+    fields: dict[str, Any],
+    move: Callable[[], TaskName],
+) -> TaskName:
+    """Journal a schedule change, then make it; revoke the record if the move fails.
+
+    The record goes first, so a daemon that claims the task right after the
+    rename already sees its new schedule; a lost race (or any failed rename)
+    revokes it.
+    """
+    log_dir, written = spool.log_dir(found.name.id), wall_us()
+    journal.append(log_dir, event, written, **fields)
+    if event == "retried":
+        crash_point("retry.recorded")
+    else:
+        crash_point("reschedule.recorded")
+    try:
+        name = move()
+    except OSError:
+        journal.revoke(log_dir, event, written)
+        raise
+    _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
+    spool.ring()
+    return name
+
+
 def reschedule(spool: Spool, task_id: str, run_at: int) -> TaskName:
     """Move a pending task to another run time."""
 
@@ -87,26 +116,18 @@ def reschedule(spool: Spool, task_id: str, run_at: int) -> TaskName:
             raise Conflict(
                 f"task {found.name.id} is {found.state}; only a pending task can be rescheduled"
             )
-        # The record goes first, so a daemon that claims the task right after
-        # the rename already sees its new schedule; a lost race revokes it.
-        log_dir, written = spool.log_dir(found.name.id), wall_us()
-        journal.append(
-            log_dir,
+        fields = {
+            "attempt": found.name.attempt,
+            "run_at": format_iso(run_at),
+            "previous": format_iso(found.name.run_at),
+        }
+        return _recorded_move(
+            spool,
+            found,
             "rescheduled",
-            written,
-            attempt=found.name.attempt,
-            run_at=format_iso(run_at),
-            previous=format_iso(found.name.run_at),
+            fields,
+            lambda: transitions.reschedule(spool, found, run_at),
         )
-        crash_point("reschedule.recorded")
-        try:
-            name = transitions.reschedule(spool, found, run_at)
-        except OSError:
-            journal.revoke(log_dir, "rescheduled", written)
-            raise
-        _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
-        spool.ring()
-        return name
 
     result: TaskName = _with_retries(spool, task_id, act)
     return result
@@ -120,24 +141,14 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
             raise Conflict(
                 f"task {found.name.id} is {found.state}; only a failed task can be retried"
             )
-        log_dir, written = spool.log_dir(found.name.id), wall_us()
-        journal.append(
-            log_dir,
-            "retried",
-            written,
-            attempt=found.name.attempt + 1,
-            run_at=format_iso(run_at),
-            by_pid=os.getpid(),
+        fields = {
+            "attempt": found.name.attempt + 1,
+            "run_at": format_iso(run_at),
+            "by_pid": os.getpid(),
+        }
+        return _recorded_move(
+            spool, found, "retried", fields, lambda: transitions.requeue(spool, found, run_at)
         )
-        crash_point("retry.recorded")
-        try:
-            name = transitions.requeue(spool, found, run_at)
-        except OSError:
-            journal.revoke(log_dir, "retried", written)
-            raise
-        _durable(spool.failed, spool.bucket_dir(name.bucket), spool.pending)
-        spool.ring()
-        return name
 
     result: TaskName = _with_retries(spool, task_id, act)
     return result

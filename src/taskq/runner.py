@@ -18,6 +18,7 @@ import pwd
 import signal
 from dataclasses import dataclass
 
+from taskq import fsutil
 from taskq.security import RunAs
 from taskq.task import TaskBody, TaskName
 from taskq.timespec import format_iso
@@ -88,7 +89,7 @@ def spawn(
     body: TaskBody, name: TaskName, log_dir: str, env: dict[str, str], user: RunAs | None = None
 ) -> Spawned:
     """Start the attempt; the status file is locked before the child exists."""
-    os.makedirs(log_dir, mode=0o700, exist_ok=True)
+    fsutil.ensure_dir(log_dir)
     flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     status_fd = os.open(status_path(log_dir, name.attempt), flags | os.O_RDWR | os.O_TRUNC, 0o600)
     out_fd = os.open(out_path(log_dir, name.attempt), flags | os.O_WRONLY | os.O_APPEND, 0o600)
@@ -97,13 +98,11 @@ def spawn(
         fcntl.flock(status_fd, fcntl.LOCK_EX)
         argv = [SH, "-c", SUPERVISOR, "taskq-attempt", body.cwd, *body.argv]
         if user is not None and user.switch:
-            # The owner may read its own attempt's output and status.
-            for path in (
-                log_dir,
-                out_path(log_dir, name.attempt),
-                status_path(log_dir, name.attempt),
-            ):
-                os.chown(path, user.uid, user.gid)
+            # The owner may read its attempt's output and status. Through the
+            # open descriptors: a name could be swapped for a link meanwhile.
+            # The directory and the journal stay the daemon's.
+            os.fchown(out_fd, user.uid, user.gid)
+            os.fchown(status_fd, user.uid, user.gid)
             pid = _fork_as(user, argv, env, (in_fd, out_fd, out_fd, status_fd))
             return Spawned(pid, proc_start_time(pid))
         pid = os.posix_spawn(

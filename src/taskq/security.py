@@ -47,7 +47,11 @@ def run_as(owner: int, policy: Policy) -> RunAs:
     try:
         pw = pwd.getpwuid(owner)
     except KeyError:
-        if owner == me:  # our own task, under a bare uid (a container): no switch needed
+        if (
+            owner == me
+            and str(me) not in policy.deny
+            and (policy.allow is None or str(me) in policy.allow)
+        ):  # our own task, under a bare uid (a container): no switch needed
             home = os.environ.get("HOME", "/")
             return RunAs(me, os.getegid(), tuple(os.getgroups()), str(me), home, "/bin/sh")
         raise ValueError(f"owned by uid {owner}, which has no passwd entry") from None
