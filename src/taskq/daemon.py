@@ -875,18 +875,22 @@ class Daemon:
         if body is not None:
             self._adopt(held, body, old, now)
 
+    def _settle_unbegun(self, held: ClaimName, now: int, reason: str) -> None:
+        """An orphaned attempt that never began: cancelled if asked, else back to pending."""
+        if held.phase == "cancelling":
+            self._note(held, "cancelled", now, reason="before it started")
+            self._finish(held, "cancelled", now)
+            return
+        self._released(transitions.release(self.spool, held))
+        self._note(held, "released", now, reason=reason)
+
     def _adopt(self, held: ClaimName, body: TaskBody, old: ClaimName, now: int) -> None:
         """Watch an orphaned attempt to its end, or settle one that ended."""
         log_dir = self.spool.log_dir(body.id)
         attempt = held.task.attempt
         if not os.path.exists(runner.status_path(log_dir, attempt)):
             # The status file is created before the spawn: this attempt never ran.
-            if held.phase == "cancelling":
-                self._note(held, "cancelled", now, reason="before it started")
-                self._finish(held, "cancelled", now)
-                return
-            self._released(transitions.release(self.spool, held))
-            self._note(held, "released", now, reason="never spawned")
+            self._settle_unbegun(held, now, "never spawned")
             return
         start = _start_record(log_dir, attempt)
         pid = _live_pid(start)
@@ -906,12 +910,7 @@ class Daemon:
         began, code = runner.read_supervisor(log_dir, attempt)
         if not began:
             # Its daemon died between creating the status file and the spawn.
-            if held.phase == "cancelling":
-                self._note(held, "cancelled", now, reason="before it started")
-                self._finish(held, "cancelled", now)
-                return
-            self._released(transitions.release(self.spool, held))
-            self._note(held, "released", now, reason="never began")
+            self._settle_unbegun(held, now, "never began")
             return
         if code is None and old.host != self.owner.host:
             run.notes.append(
