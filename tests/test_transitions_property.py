@@ -132,7 +132,7 @@ class TwoActors(RuleBasedStateMachine):
                 assert self.ended is None
                 self.ended = state
             else:
-                transitions.retry(self.spool, held, self.tick())
+                transitions.retry_later(self.spool, held, self.tick())
         except FileNotFoundError:
             pass
 

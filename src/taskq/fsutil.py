@@ -1,4 +1,4 @@
-"""Filesystem primitives: durable create, no-clobber rename, fsync, safe open.
+"""Filesystem primitives: durable create, compare-and-swap rename, fsync, safe open.
 
 Everything that makes a spool transition atomic or durable lives here, so the
 rest of taskq reads as a state machine. Paths are str; errors are OSError
@@ -22,12 +22,34 @@ _syncfs = getattr(_libc, "syncfs", None)
 TEMPORARY_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EAGAIN, errno.EIO, errno.EBUSY}
 
 
-def rename_noreplace(src: str, dst: str) -> None:
-    """Rename src to dst atomically, failing with FileExistsError if dst exists.
+def rename_cas(src: str, dst: str, unique: bool = False) -> None:
+    """Move src to dst: a compare-and-swap on the source name, on any filesystem.
 
-    FileNotFoundError means src is gone: someone else moved it first, which is
-    how a lost race shows itself in the spool's compare-and-swap transitions.
+    FileNotFoundError means src is gone: someone else moved it first, which
+    is how a lost race shows itself in the spool's transitions. Exactly one
+    of several actors renaming one source wins, on every POSIX filesystem,
+    NFS and FUSE included, because rename() itself is atomic there. The
+    destination is guarded against clobbering by renameat2(RENAME_NOREPLACE)
+    where the kernel and filesystem offer it; where they refuse it (NFS, most
+    FUSE filesystems: EINVAL), a plain rename() is used, and taskq relies on
+    destination names that no other file can have (task ids are unique, and
+    a claim's name carries its owner, phase and lease). Never link()+unlink():
+    two actors can both link one source to two names, and both "win".
+
+    unique=True says dst is a name only this caller can produce (a claim
+    name with our owner and lease in it). Then a FileNotFoundError with dst
+    present and src gone is our own rename answered twice (an NFS client
+    retransmitting it after a lost reply), and counts as a win.
     """
+    try:
+        _rename(src, dst)
+    except FileNotFoundError:
+        if unique and os.path.lexists(dst) and not os.path.lexists(src):
+            return
+        raise
+
+
+def _rename(src: str, dst: str) -> None:
     if _renameat2 is not None:
         rc = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
         if rc == 0:
@@ -35,9 +57,7 @@ def rename_noreplace(src: str, dst: str) -> None:
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOSYS):
             raise OSError(err, os.strerror(err), src, None, dst)
-    # Filesystems without RENAME_NOREPLACE: link() refuses an existing name.
-    os.link(src, dst, follow_symlinks=False)
-    os.unlink(src)
+    os.rename(src, dst)
 
 
 def fsync_dir(path: str) -> None:

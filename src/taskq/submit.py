@@ -56,7 +56,7 @@ def _withdraw(spool: Spool, tmp: str, name: TaskName) -> bool:
     """Undo a failed submission; False if it cannot be undone (already claimed)."""
     published = os.path.join(spool.bucket_dir(name.bucket), str(name))
     try:
-        fsutil.rename_noreplace(published, tmp)  # published, then an fsync failed
+        fsutil.rename_cas(published, tmp)  # published, then an fsync failed
     except FileNotFoundError:
         if not os.path.exists(tmp):
             return False  # never written, or a daemon has claimed it: it stands
@@ -87,7 +87,7 @@ def _place(spool: Spool, tmp: str, name: TaskName) -> bool:
     for _ in range(_PUBLISH_TRIES):
         fsutil.ensure_dir(bucket)
         try:
-            fsutil.rename_noreplace(tmp, os.path.join(bucket, str(name)))
+            fsutil.rename_cas(tmp, os.path.join(bucket, str(name)))
             return True
         except FileNotFoundError:
             if not os.path.exists(tmp):

@@ -2,9 +2,13 @@
 
 A rename whose source is gone fails with FileNotFoundError: someone else
 (another daemon, a cancel) moved the task first, and the caller has lost the
-race and must do nothing. That is the spool's compare-and-swap. These
-functions do not fsync; callers make a batch durable at once (group commit)
-before anything that depends on it becomes visible.
+race and must do nothing. That is the spool's compare-and-swap, and it holds
+on every supported filesystem because only rename() itself is relied on
+(fsutil.rename_cas): a claim's destination name carries its owner and lease,
+and a task's id appears in one file only, so no destination can clobber
+another file. These functions do not fsync: each reports the directories
+whose entries it changed to `touched`, and callers make those durable at
+once (group commit) before anything that depends on them becomes visible.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from taskq.spool import Located, Spool
 from taskq.task import ClaimName, TaskName, day_of
 
 _MOVE_TRIES = 1000
+Touched = set[str]  # directories whose entries changed, to be fsynced together
 
 
 @dataclass(frozen=True)
@@ -28,65 +33,112 @@ class Owner:
     pid: int
 
 
-def _move(src: str, dest_dir: str, dest_name: str) -> str:
+def _move(src: str, dest_dir: str, dest_name: str, touched: Touched | None) -> str:
     """Rename src into dest_dir; recreate dest_dir if it vanished meanwhile."""
     dest = os.path.join(dest_dir, dest_name)
     for _ in range(_MOVE_TRIES):
         try:
-            fsutil.rename_noreplace(src, dest)
-            return dest
+            fsutil.rename_cas(src, dest)
+            break
         except FileNotFoundError:
             if not os.path.lexists(src):
                 raise
-            fsutil.ensure_dir(dest_dir)
-    raise OSError(f"directory {dest_dir} keeps vanishing")
+            if fsutil.ensure_dir(dest_dir) and touched is not None:
+                touched.add(os.path.dirname(dest_dir))  # a new directory's parent
+    else:
+        raise OSError(f"directory {dest_dir} keeps vanishing")
+    if touched is not None:
+        touched.update((os.path.dirname(src), dest_dir))
+    return dest
 
 
 def claim_path(spool: Spool, claim: ClaimName) -> str:
     return os.path.join(spool.claimed, str(claim))
 
 
-def claim(spool: Spool, pending_path: str, name: TaskName, owner: Owner, expiry: int) -> ClaimName:
+def claim(
+    spool: Spool,
+    pending_path: str,
+    name: TaskName,
+    owner: Owner,
+    expiry: int,
+    touched: Touched | None = None,
+) -> ClaimName:
     """pending -> claimed: take a due task under a lease."""
     new = ClaimName(name, "claimed", expiry, owner.pid, owner.host)
-    fsutil.rename_noreplace(pending_path, claim_path(spool, new))
+    fsutil.rename_cas(pending_path, claim_path(spool, new), unique=True)
+    if touched is not None:
+        touched.update((os.path.dirname(pending_path), spool.claimed))
     return new
 
 
-def start(spool: Spool, held: ClaimName) -> ClaimName:
+def start(spool: Spool, held: ClaimName, touched: Touched | None = None) -> ClaimName:
     """claimed -> started: the point of no return before exec."""
-    return _rename_claim(spool, held, held.with_(phase="started"))
+    return _rename_claim(spool, held, held.with_(phase="started"), touched)
 
 
-def renew(spool: Spool, held: ClaimName, expiry: int) -> ClaimName:
+def renew(spool: Spool, held: ClaimName, expiry: int, touched: Touched | None = None) -> ClaimName:
     """Extend a lease; fails if the claim was taken over or cancelled."""
-    return _rename_claim(spool, held, held.with_(expiry=expiry))
+    return _rename_claim(spool, held, held.with_(expiry=expiry), touched)
 
 
-def take_over(spool: Spool, held: ClaimName, owner: Owner, expiry: int) -> ClaimName:
+def take_over(
+    spool: Spool, held: ClaimName, owner: Owner, expiry: int, touched: Touched | None = None
+) -> ClaimName:
     """Make another owner's claim ours, keeping its phase; fails if it moved."""
-    return _rename_claim(spool, held, held.with_(pid=owner.pid, host=owner.host, expiry=expiry))
+    new = held.with_(pid=owner.pid, host=owner.host, expiry=expiry)
+    return _rename_claim(spool, held, new, touched)
 
 
-def _rename_claim(spool: Spool, old: ClaimName, new: ClaimName) -> ClaimName:
-    fsutil.rename_noreplace(claim_path(spool, old), claim_path(spool, new))
+def request_cancel(spool: Spool, held: ClaimName, touched: Touched | None = None) -> ClaimName:
+    """started -> cancelling: whoever owns the claim stops the attempt, then finishes it."""
+    return _rename_claim(spool, held, held.with_(phase="cancelling"), touched, unique=False)
+
+
+def _rename_claim(
+    spool: Spool, old: ClaimName, new: ClaimName, touched: Touched | None, unique: bool = True
+) -> ClaimName:
+    fsutil.rename_cas(claim_path(spool, old), claim_path(spool, new), unique=unique)
+    if touched is not None:
+        touched.add(spool.claimed)
     return new
 
 
-def release(spool: Spool, held: ClaimName) -> TaskName:
+def release(spool: Spool, held: ClaimName, touched: Touched | None = None) -> TaskName:
     """claimed (not started) -> pending, unchanged: nothing ran."""
-    _move(claim_path(spool, held), spool.bucket_dir(held.task.bucket), str(held.task))
-    return held.task
+    return _to_pending(spool, claim_path(spool, held), held.task, touched)
 
 
-def retry(spool: Spool, held: ClaimName, run_at: int) -> TaskName:
-    """started -> pending at a later run_at, as the next attempt."""
+def retry_later(
+    spool: Spool, held: ClaimName, run_at: int, touched: Touched | None = None
+) -> TaskName:
+    """started -> pending at a later run_at, as the next attempt (the daemon's retry)."""
     name = dataclasses.replace(held.task, run_at=run_at, attempt=held.task.attempt + 1)
-    _move(claim_path(spool, held), spool.bucket_dir(name.bucket), str(name))
+    return _to_pending(spool, claim_path(spool, held), name, touched)
+
+
+def reschedule(
+    spool: Spool, found: Located, run_at: int, touched: Touched | None = None
+) -> TaskName:
+    """pending -> pending at another run_at; loses to a claim with ENOENT."""
+    name = dataclasses.replace(found.name, run_at=run_at)
+    return _to_pending(spool, found.path, name, touched)
+
+
+def requeue(spool: Spool, found: Located, run_at: int, touched: Touched | None = None) -> TaskName:
+    """failed -> pending, as the next attempt (an operator's `taskq retry`)."""
+    name = dataclasses.replace(found.name, run_at=run_at, attempt=found.name.attempt + 1)
+    return _to_pending(spool, found.path, name, touched)
+
+
+def _to_pending(spool: Spool, src: str, name: TaskName, touched: Touched | None) -> TaskName:
+    _move(src, spool.bucket_dir(name.bucket), str(name), touched)
     return name
 
 
-def finish(spool: Spool, held: ClaimName, state: str, now: int) -> str:
+def finish(
+    spool: Spool, held: ClaimName, state: str, now: int, touched: Touched | None = None
+) -> str:
     """A claim -> done/YYYYMMDD/, failed/ or cancelled/ (an end state)."""
     dirs = {
         "done": os.path.join(spool.done, day_of(now)),
@@ -95,29 +147,9 @@ def finish(spool: Spool, held: ClaimName, state: str, now: int) -> str:
     }
     if state not in dirs:
         raise ValueError(f"finish into {state!r}")
-    dest_dir = dirs[state]
-    return _move(claim_path(spool, held), dest_dir, str(held.task))
+    return _move(claim_path(spool, held), dirs[state], str(held.task), touched)
 
 
-def cancel(spool: Spool, found: Located) -> str:
+def cancel(spool: Spool, found: Located, touched: Touched | None = None) -> str:
     """pending or claimed (not started) -> cancelled: it never runs."""
-    return _move(found.path, spool.cancelled, str(found.name))
-
-
-def request_cancel(spool: Spool, held: ClaimName) -> ClaimName:
-    """started -> cancelling: whoever owns the claim stops the attempt, then finishes it."""
-    return _rename_claim(spool, held, held.with_(phase="cancelling"))
-
-
-def reschedule(spool: Spool, found: Located, run_at: int) -> TaskName:
-    """pending -> pending at another run_at; loses to a claim with ENOENT."""
-    name = dataclasses.replace(found.name, run_at=run_at)
-    _move(found.path, spool.bucket_dir(name.bucket), str(name))
-    return name
-
-
-def requeue(spool: Spool, found: Located, run_at: int) -> TaskName:
-    """failed -> pending, as the next attempt (an operator's retry)."""
-    name = dataclasses.replace(found.name, run_at=run_at, attempt=found.name.attempt + 1)
-    _move(found.path, spool.bucket_dir(name.bucket), str(name))
-    return name
+    return _move(found.path, spool.cancelled, str(found.name), touched)
