@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 
 from taskq import fsutil
-from taskq.spool import Spool
+from taskq.spool import Spool, stray
 from taskq.task import TaskName, bucket_of, valid_bucket
 
 Entry = tuple[TaskName, str]  # the name and the bucket its file is in
@@ -43,6 +43,8 @@ class DueIndex:
         self.more_beyond = False
         future_loaded = False
         for entry in fsutil.listdir(self.spool.pending):
+            if stray(entry):
+                continue
             path = self.spool.bucket_dir(entry)
             if not valid_bucket(entry):
                 bad.append((path, "not a bucket name in pending/"))
@@ -72,6 +74,8 @@ class DueIndex:
             except OSError:
                 pass  # a submitter got there first, or it is already gone
         for entry in names:
+            if stray(entry):
+                continue
             try:
                 entries.append((TaskName.parse(entry), bucket))
             except ValueError:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from taskq import fsutil
 from taskq.errors import BadInput, CorruptFile, NotFound
 from taskq.limits import CONFIG
-from taskq.spool import DOORBELL, SUBDIRS, Spool
+from taskq.spool import DOORBELL, SUBDIRS, Spool, stray
 from taskq.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket
 from taskq.timespec import HOUR, SECOND
 
@@ -58,6 +58,8 @@ class Checker:
     def run(self) -> Report:
         self.layout()
         for bucket in fsutil.listdir(self.spool.pending):
+            if stray(bucket):
+                continue
             path = self.spool.bucket_dir(bucket)
             if not valid_bucket(bucket) or not os.path.isdir(path) or os.path.islink(path):
                 self.quarantine(path, "not a bucket in pending/")
@@ -102,7 +104,7 @@ class Checker:
                 os.chmod(path, fixed)
         known = {*SUBDIRS, DOORBELL, CONFIG}
         for entry in fsutil.listdir(self.spool.root):
-            if entry not in known:
+            if entry not in known and not stray(entry):
                 self.quarantine(os.path.join(self.spool.root, entry), "not part of a spool")
 
     def quarantine(self, path: str, reason: str) -> None:
@@ -111,6 +113,8 @@ class Checker:
 
     def tasks(self, directory: str, claimed: bool) -> None:
         for entry in fsutil.listdir(directory):
+            if stray(entry):
+                continue
             path = os.path.join(directory, entry)
             try:
                 name = ClaimName.parse(entry).task if claimed else TaskName.parse(entry)

@@ -36,6 +36,17 @@ END_STATES = ("done", "failed", "cancelled")
 DOORBELL = "doorbell"
 
 
+def stray(entry: str) -> bool:
+    """Whether a name in the spool is someone else's business, never a task.
+
+    Dot-names: an NFS client's silly-renamed files (.nfsXXXX, left while an
+    unlinked file is still open), a FUSE filesystem's .fuse_hiddenXXXX, an
+    editor's or a copy tool's temporaries. taskq never writes such names
+    outside tmp/ and run/, so they are ignored: never run, never quarantined.
+    """
+    return entry.startswith(".")
+
+
 @dataclass(frozen=True)
 class Located:
     """A task found in the spool: its state, file path and parsed name."""
@@ -131,6 +142,8 @@ class Spool:
 
     def _iter_flat(self, state: str, directory: str) -> Iterator[Located]:
         for entry in fsutil.listdir(directory):
+            if stray(entry):
+                continue
             try:
                 name = TaskName.parse(entry)
             except ValueError:
@@ -188,8 +201,10 @@ class Spool:
         base = f"{format_compact(now)}_{os.path.basename(path)}"[:200]
         for n in range(100):
             dest = os.path.join(self.corrupt, base if n == 0 else f"{base}.{n}")
+            if os.path.lexists(dest):
+                continue  # (renameat2 refuses a clash too, where it can)
             try:
-                fsutil.rename_noreplace(path, dest)
+                fsutil.rename_cas(path, dest)
             except FileExistsError:
                 continue
             except FileNotFoundError:
