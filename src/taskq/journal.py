@@ -114,3 +114,20 @@ def expired(records: list[dict[str, Any]]) -> bool:
         elif r["event"] in ("retried", "start"):
             fate = False
     return fate
+
+
+def scheduled_for(log_dir: str, attempt: int, run_at: int, default: int) -> int:
+    """A task's run time as last set by a person (submit, reschedule, retry).
+
+    The name is authoritative for the first attempt of a budget (submit and
+    reschedule set its run_at; a retry makes a new first attempt): then
+    run_at (the name's) is the answer and no journal is read. A later
+    attempt's schedule is when that first attempt was due.
+    """
+    if attempt == 1:
+        return run_at
+    records = read(log_dir)
+    first = budget_start(records, attempt)
+    if first == attempt:
+        return run_at
+    return scheduled_run_at(records, first, default)

@@ -11,11 +11,13 @@ an attempt twice merely because the daemon crashed.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import os
 import pwd
 import signal
+import subprocess
 from dataclasses import dataclass
 
 from taskq import fsutil
@@ -23,15 +25,18 @@ from taskq.security import RunAs
 from taskq.task import TaskBody, TaskName
 from taskq.timespec import format_iso
 
-# $1 is the working directory; the rest is the command. The command does not
-# inherit fd 3, so only the supervisor holds the status lock. The supervisor
-# catches SIGTERM (sent to the whole group on timeout or cancel) so that it
-# outlives the command and records how it ended; a caught signal reverts to
-# its default in the command, which sees the TERM as usual. SIGKILL ends both.
-# It writes "S" before anything else: an empty status file, unlocked, is an
-# attempt that never began (its daemon died between creating it and the spawn).
+# $1 is the status descriptor's number (3 when posix_spawn put it there; as
+# inherited otherwise), $2 the working directory, the rest the command. The
+# command does not inherit the status descriptor, so only the supervisor
+# holds the status lock. The supervisor catches SIGTERM (sent to the whole
+# group on timeout or cancel) so that it outlives the command and records
+# how it ended; a caught signal reverts to its default in the command, which
+# sees the TERM as usual. SIGKILL ends both. It writes "S" before anything
+# else: an empty status file, unlocked, is an attempt that never began (its
+# daemon died between creating it and the spawn).
 SUPERVISOR = (
-    'trap : TERM; echo S >&3; cd -- "$1" || { echo 126 >&3; exit 126; }; shift; '
+    'trap : TERM; [ "$1" = 3 ] || eval "exec 3>&$1 $1>&-"; shift; echo S >&3; '
+    'cd -- "$1" || { echo 126 >&3; exit 126; }; shift; '
     '"$@" 3>&-; s=$?; echo $s >&3; exit $s'
 )
 SH = "/bin/sh"
@@ -88,7 +93,11 @@ def task_env(
 def spawn(
     body: TaskBody, name: TaskName, log_dir: str, env: dict[str, str], user: RunAs | None = None
 ) -> Spawned:
-    """Start the attempt; the status file is locked before the child exists."""
+    """Start the attempt; the status file is locked before the child exists.
+
+    No Python runs between fork and exec: posix_spawn for our own tasks,
+    subprocess (whose child side is C) to run another user's.
+    """
     fsutil.ensure_dir(log_dir)
     flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     status_fd = os.open(status_path(log_dir, name.attempt), flags | os.O_RDWR | os.O_TRUNC, 0o600)
@@ -96,18 +105,17 @@ def spawn(
     in_fd = _stdin_fd(body.stdin)
     try:
         fcntl.flock(status_fd, fcntl.LOCK_EX)
-        argv = [SH, "-c", SUPERVISOR, "taskq-attempt", body.cwd, *body.argv]
         if user is not None and user.switch:
             # The owner may read its attempt's output and status. Through the
             # open descriptors: a name could be swapped for a link meanwhile.
             # The directory and the journal stay the daemon's.
             os.fchown(out_fd, user.uid, user.gid)
             os.fchown(status_fd, user.uid, user.gid)
-            pid = _fork_as(user, argv, env, (in_fd, out_fd, out_fd, status_fd))
-            return Spawned(pid, proc_start_time(pid))
+            return _spawn_as(user, body, env, in_fd, out_fd, status_fd)
+        argv = [SH, "-c", SUPERVISOR, "taskq-attempt", "3", body.cwd, *body.argv]
         pid = os.posix_spawn(
             SH,
-            [SH, "-c", SUPERVISOR, "taskq-attempt", body.cwd, *body.argv],
+            argv,
             env,
             file_actions=[
                 (os.POSIX_SPAWN_DUP2, in_fd, 0),
@@ -116,13 +124,7 @@ def spawn(
                 (os.POSIX_SPAWN_DUP2, status_fd, 3),
             ],
             setsid=True,
-            setsigdef=(
-                signal.SIGPIPE,
-                signal.SIGINT,
-                signal.SIGTERM,
-                signal.SIGHUP,
-                signal.SIGCHLD,
-            ),
+            setsigdef=_DEFAULT_SIGNALS,
         )
     finally:
         for fd in (status_fd, out_fd, in_fd):
@@ -130,29 +132,33 @@ def spawn(
     return Spawned(pid, proc_start_time(pid))
 
 
-def _fork_as(user: RunAs, argv: list[str], env: dict[str, str], fds: tuple[int, ...]) -> int:
-    """fork, then in the child: new session, fds 0-3, the user's groups, gid, uid; exec.
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
 
-    posix_spawn cannot change user, so a root daemon running another user's
-    task forks. Between fork and exec the child makes only a few system calls
-    through Python (no locks of the daemon's other thread are needed for
-    them), and exits 127 if any of them fails.
-    """
-    pid = os.fork()
-    if pid:
-        return pid
-    try:
-        os.setsid()
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        os.setgroups(list(user.groups))
-        os.setgid(user.gid)
-        os.setuid(user.uid)
-        os.execve(argv[0], argv, env)
-    finally:
-        os._exit(127)
+
+def _spawn_as(
+    user: RunAs, body: TaskBody, env: dict[str, str], in_fd: int, out_fd: int, status_fd: int
+) -> Spawned:
+    """Start another user's attempt: new session, its groups, gid and uid, all in C."""
+    argv = [SH, "-c", SUPERVISOR, "taskq-attempt", str(status_fd), body.cwd, *body.argv]
+    child = subprocess.Popen(
+        argv,
+        executable=SH,
+        stdin=in_fd,
+        stdout=out_fd,
+        stderr=out_fd,
+        pass_fds=(status_fd,),
+        close_fds=True,
+        start_new_session=True,
+        env=env,
+        user=user.uid,
+        group=user.gid,
+        extra_groups=list(user.groups),
+        restore_signals=True,
+    )
+    # The daemon reaps its children itself (waitpid(-1)); mark this one as
+    # settled so that subprocess never reaps it behind the daemon's back.
+    child.returncode = 0
+    return Spawned(child.pid, proc_start_time(child.pid))
 
 
 def _stdin_fd(data: bytes | None) -> int:
@@ -222,3 +228,36 @@ def read_supervisor(log_dir: str, attempt: int) -> tuple[bool, int | None]:
     began = b"S" in lines
     code = int(lines[-1]) if lines and lines[-1].isdigit() else None
     return began or code is not None, code
+
+
+def close_on_exec_all() -> None:
+    """Mark every open descriptor close-on-exec, once, after start-up.
+
+    Ours are already; a library's may not be (watchdog's inotify descriptor
+    is not), and posix_spawn, unlike subprocess, closes nothing by itself.
+    """
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return  # no /proc: nothing to sweep with; our own descriptors are CLOEXEC
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+                os.set_inheritable(fd, False)
+
+
+def watch_exit(pid: int, proc_start: int | None) -> int | None:
+    """A pidfd that becomes readable when process pid (started at proc_start) ends.
+
+    None when the process is already gone or is another process by now (the
+    pid was reused): then there is nothing to wait for.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    if proc_start is None or proc_start_time(pid) != proc_start:
+        os.close(fd)
+        return None
+    return fd

@@ -1,0 +1,145 @@
+"""Finding due work and claiming it: the due index, claims, and preparing a start.
+
+The dispatcher hands out at most as many due tasks as there are free
+workers, fairly across queues (the due index's round robin), and no earlier
+than the clock's uncertainty allows. Each task is claimed under a lease,
+its body read and checked (parse, owner, expiry) and its claim renamed to
+started: the start is then durable at the next group commit, before the
+attempt exists. What cannot be run is quarantined with a reason.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Iterable
+
+from taskq import journal, security, transitions
+from taskq.attempts import Prepared
+from taskq.clock import Clock
+from taskq.commit import GroupCommit
+from taskq.dueindex import DueIndex
+from taskq.errors import CorruptFile
+from taskq.faults import crash_point
+from taskq.policy import expired
+from taskq.settle import Settler
+from taskq.spool import Spool
+from taskq.task import ClaimName, TaskBody
+from taskq.timespec import format_iso
+from taskq.transitions import Owner
+
+
+class QueueCaps:
+    """Per-queue concurrency caps (--queue-limit) against what is busy now."""
+
+    def __init__(self, limits: dict[str, int], default: int, busy: Iterable[str]) -> None:
+        self.limits = limits
+        self.default = default
+        self.busy = collections.Counter(busy)
+
+    def open(self, queue: str) -> bool:
+        return not self.limits or self.busy[queue] < self.limits.get(queue, self.default)
+
+
+class Dispatcher:
+    """The due index and the claim-and-prepare step of the loop."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        owner: Owner,
+        clock: Clock,
+        lease: int,
+        commit: GroupCommit,
+        settler: Settler,
+        run_policy: security.Policy,
+    ) -> None:
+        self.spool = spool
+        self.owner = owner
+        self.clock = clock
+        self.lease = lease
+        self.commit = commit
+        self.settler = settler
+        self.run_policy = run_policy
+        self.index = DueIndex(spool)
+
+    def rescan(self, now: int) -> None:
+        """Rebuild the due index from the spool; quarantine what cannot be a task."""
+        for path, reason in self.index.rescan(now):
+            self.settler.quarantine(path, reason, now)
+
+    def claim_due(self, now: int, free: int, caps: QueueCaps) -> list[Prepared]:
+        """Claim up to `free` tasks due by now + the commit lead, and prepare each."""
+        horizon = now + self.commit.lead()
+        expiry = self.clock.reference(now) + self.lease
+        prepared: list[Prepared] = []
+
+        def due(run_at: int) -> bool:
+            return self.clock.earliest_start(run_at) <= horizon
+
+        while len(prepared) < free:
+            picked = self.index.pop_due(due, caps.open)
+            if picked is None:
+                break
+            name, path = picked
+            try:
+                held = transitions.claim(
+                    self.spool, path, name, self.owner, expiry, self.commit.touched
+                )
+                crash_point("daemon.claimed")
+            except FileNotFoundError:
+                continue  # cancelled, or claimed by another daemon: theirs now
+            ready = self.prepare(held, now)
+            if ready is not None:
+                prepared.append(ready)
+                caps.busy[ready.body.queue] += 1
+        return prepared
+
+    def prepare(self, held: ClaimName, now: int) -> Prepared | None:
+        """Read a fresh claim's body, expire it or mark it started."""
+        path = transitions.claim_path(self.spool, held)
+        read = self._read(path, now)
+        if read is None:
+            return None
+        body, user = read
+        if body.id != held.task.id:
+            reason = f"body id {body.id} does not match the file name"
+            self.settler.quarantine(path, reason, now)
+            return None
+        log_dir = self.spool.log_dir(body.id)
+        scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
+        deadline = expired(now, scheduled, body.expires)
+        if deadline is not None:
+            self.settler.note(held, "expired", now, deadline=format_iso(deadline))
+            self.settler.finish(held, "failed", now)
+            return None
+        try:
+            held = transitions.start(self.spool, held, self.commit.touched)
+        except FileNotFoundError:
+            return None  # cancelled between claim and start: it must not run
+        crash_point("daemon.started")
+        return Prepared(held, body, user)
+
+    def _read(self, path: str, now: int) -> tuple[TaskBody, security.RunAs] | None:
+        try:
+            body, owner = self.spool.read_task(path)
+            return body, security.run_as(owner, self.run_policy)
+        except CorruptFile as e:
+            self.settler.quarantine(path, str(e), now)
+        except ValueError as e:  # an owner who may not run tasks here: never run it
+            self.settler.quarantine(path, str(e), now)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.settler.quarantine(path, self._unreadable(path, e), now)
+        return None
+
+    def _unreadable(self, path: str, e: OSError) -> str:
+        """Why a task file cannot be read: most often, it is not ours to read."""
+        try:
+            security.run_as(os.lstat(path).st_uid, self.run_policy)
+        except ValueError as refusal:
+            return str(refusal)
+        except OSError:
+            pass
+        return f"unreadable: {e.strerror}"

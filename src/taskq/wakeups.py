@@ -1,0 +1,137 @@
+"""What wakes the daemon's loop: signals, the doorbell, children, and time.
+
+Signal handlers only set flags and write to a self-pipe (Python's wakeup
+fd); the loop does the work. Submitters on this host touch the doorbell,
+which inotify (through watchdog) turns into a byte on a pipe. Submitters on
+other hosts of a shared filesystem are invisible to inotify, so the loop
+also stats the doorbell every `poll` interval and treats a changed stamp as
+a ring: one stat, not a rescan, per interval. Other descriptors (pidfds of
+adopted attempts) can be registered to wake the loop too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from taskq.timespec import SECOND
+
+log = logging.getLogger("taskq")
+
+
+class Wakeups:
+    """The loop's one place to sleep, and the flags that signals set."""
+
+    def __init__(self, doorbell: str, poll: int, mono: Callable[[], int]) -> None:
+        self.doorbell = doorbell
+        self.poll = poll  # µs between doorbell stats; 0 turns polling off
+        self.mono = mono
+        self.stop_requested = False
+        self.hup = False
+        self.sel = selectors.DefaultSelector()
+        self._bell_w = -1
+        self._stamp = self._bell_stamp()
+        self._next_poll = 0
+        self._observer: Any = None
+
+    def install(self) -> None:
+        """Route signals and the doorbell to the selector."""
+        sig_r, sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        bell_r, self._bell_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(sig_w, warn_on_full_buffer=False)
+        self.sel.register(sig_r, selectors.EVENT_READ, "signal")
+        self.sel.register(bell_r, selectors.EVENT_READ, "doorbell")
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_hup)
+        self._observer = _watch(self.doorbell, self._bell_w)
+
+    def close(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+
+    def _on_hup(self, signum: int, _frame: Any) -> None:
+        self.hup = True
+
+    def _on_stop(self, signum: int, _frame: Any) -> None:
+        self.stop_requested = True
+
+    def watch(self, fd: int, key: object) -> None:
+        """Wake the loop when fd becomes readable (a pidfd: its process ended)."""
+        self.sel.register(fd, selectors.EVENT_READ, key)
+
+    def unwatch(self, fd: int) -> None:
+        self.sel.unregister(fd)
+
+    def wait(self, timeout: float) -> tuple[bool, list[object]]:
+        """Sleep up to timeout seconds; return (doorbell rang, other keys ready)."""
+        if self.poll > 0:
+            timeout = min(timeout, max(0.0, (self._next_poll - self.mono()) / SECOND))
+        rang, ready = False, []
+        for key, _ in self.sel.select(timeout):
+            if key.data == "doorbell" or key.data == "signal":
+                _drain(key.fd)
+                rang = rang or key.data == "doorbell"
+            else:
+                ready.append(key.data)
+        return self._polled() or rang, ready
+
+    def _polled(self) -> bool:
+        """Stat the doorbell if it is time: another host's submitter may have rung it."""
+        if self.poll <= 0 or self.mono() < self._next_poll:
+            return False
+        self._next_poll = self.mono() + self.poll
+        stamp = self._bell_stamp()
+        changed = stamp != self._stamp
+        self._stamp = stamp
+        return changed
+
+    def _bell_stamp(self) -> tuple[int, int, int] | None:
+        # open()+fstat() rather than stat(): an NFS client revalidates its
+        # cached attributes on open (close-to-open consistency).
+        try:
+            fd = os.open(self.doorbell, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _watch(bell: str, wake_fd: int) -> Any:
+    """Write to wake_fd when the doorbell is touched on this host (inotify, via watchdog)."""
+    from watchdog.events import FileSystemEvent, FileSystemEventHandler
+    from watchdog.observers import Observer
+
+    class Bell(FileSystemEventHandler):
+        def on_any_event(self, event: FileSystemEvent) -> None:
+            if os.fsdecode(event.src_path) == bell:
+                try:
+                    os.write(wake_fd, b"!")
+                except BlockingIOError:
+                    pass  # the loop has a wake-up pending already
+
+    observer = Observer()
+    observer.daemon = True
+    observer.schedule(Bell(), os.path.dirname(bell), recursive=False)
+    try:
+        observer.start()
+    except OSError as e:
+        log.warning("cannot watch the doorbell (%s); relying on polling and rescans", e)
+        return None
+    return observer
