@@ -1,0 +1,556 @@
+"""Real shared filesystems for the tests: a bindfs FUSE mount and a GlusterFS volume.
+
+This module owns the test beds that put a spool on something other than a local disk:
+
+* `bindfs_mount(workdir)` / fixture `bindfs_dir`: a bindfs FUSE mount of a fresh directory.
+  bindfs refuses renameat2(RENAME_NOREPLACE) with EINVAL, as NFS does, while a plain
+  rename() works.
+* `gluster_bed(workdir)` / session fixture `gluster`: a real one-brick GlusterFS volume served
+  by a private glusterd in its own network namespace, and three FUSE clients, each its own
+  process standing for one host, mounted at `GlusterBed.mounts`.
+
+Tests use the fixtures through ``pytest_plugins = ["substrates"]`` (or by importing them); the
+marker PYTEST_DONT_REWRITE lets a test module import this module before naming it a plugin. Each
+bed tears down only what it started, by the pids and mount points it recorded (never by
+process name), also when its setup fails half way. Where a bed cannot run (not root, no
+/dev/fuse, a package missing, no network namespace, glusterd not up in time) its fixture calls
+`pytest.skip` with a one-line reason naming what is missing.
+
+GlusterFS notes: glusterd's state, pid files and CLI socket live under the bed's tmp
+directory, but glusterd itself hard-codes a few system paths: brick processes log to
+/var/log/glusterfs/bricks/ (moved into the bed's log directory at teardown), their control
+socket is /var/run/gluster/<hash>.socket (removed at teardown), and glusterd appends to
+/var/log/glusterfs/cmd_history.log and creates empty per-volume directories there. The first
+`ip netns add` on a machine bind-mounts /run/netns onto itself; the bed undoes that mount if
+it made it and no namespace is left in it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import itertools
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TypeVar
+
+import pytest
+
+_T = TypeVar("_T")
+
+#: Deadline for every wait on a condition; generous, for a busy 2-core machine.
+DEADLINE = 120.0
+RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+_libc = ctypes.CDLL(None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None)
+
+GLUSTER_ADDRESS = "192.0.2.10"  # TEST-NET-1, on the namespace's own lo; glusterd refuses 127/8
+GLUSTER_VOLUME = "taskq"
+NETNS_DIR = Path("/run/netns")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def renameat2(src: str | os.PathLike[str], dst: str | os.PathLike[str], flags: int) -> None:
+    """renameat2(2) through ctypes; raises OSError (EINVAL where the filesystem refuses flags)."""
+    if _renameat2 is None:
+        raise OSError(38, "renameat2 not in this libc (ENOSYS)", os.fspath(src))
+    rc = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), ctypes.c_uint(flags))
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
+
+
+def wait_until(predicate: Callable[[], _T], timeout: float = DEADLINE, what: str = "it") -> _T:
+    """Poll until predicate() is truthy and return it; TimeoutError naming `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    pause = 0.002
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
+def _unescape(field_: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)
+
+
+def mounts() -> dict[str, str]:
+    """The current mount points (from /proc/self/mountinfo), each with its filesystem type."""
+    table: dict[str, str] = {}
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            table[_unescape(fields[4])] = fields[sep + 1]
+    return table
+
+
+def mount_type(path: str | os.PathLike[str]) -> str | None:
+    """The filesystem type mounted exactly at `path`, or None when nothing is mounted there."""
+    return mounts().get(os.path.realpath(path))
+
+
+def _run(cmd: list[str], timeout: float = DEADLINE) -> subprocess.CompletedProcess[str]:
+    """Run a command to completion, capturing its output; never raises on a non-zero status."""
+    try:
+        return subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return subprocess.CompletedProcess(cmd, 255, "", f"{cmd[0]}: {e}")
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def _tail(path: Path) -> str:
+    try:
+        return _one_line(path.read_text(errors="replace"))
+    except OSError:
+        return "(no log)"
+
+
+def _stop_child(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """Stop a process this module started (SIGTERM, then SIGKILL) and reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+    proc.wait()
+
+
+def _pid_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie, which init may never reap in a container, is dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [os.fsdecode(a) for a in raw.split(b"\0") if a]
+
+
+def _kill_pid(pid: int, grace: float = 30.0) -> None:
+    """Stop a process that is not our child (a brick glusterd daemonized): TERM, then KILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not _pid_alive(pid):
+            return
+
+
+def _unmount(mnt: Path) -> None:
+    """Unmount a FUSE mount this module made: fusermount -u, else umount, else umount -l."""
+    fusermount = shutil.which("fusermount3") or shutil.which("fusermount")
+    attempts = [[fusermount, "-u", str(mnt)]] if fusermount else []
+    attempts += [["umount", str(mnt)], ["umount", "-l", str(mnt)]]
+    for cmd in attempts:
+        if mount_type(mnt) is None:
+            return
+        _run(cmd, timeout=60)
+
+
+def _stop_fuse(mnt: Path, proc: subprocess.Popen[bytes]) -> None:
+    """Unmount `mnt` and stop its FUSE server `proc` (which exits by itself once unmounted)."""
+    _unmount(mnt)
+    if proc.poll() is None:
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            pass
+    _stop_child(proc)
+
+
+def _need_fuse(*programs: str) -> None:
+    """pytest.skip naming what is missing for a FUSE bed."""
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse on this machine")
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        pytest.skip("no read/write access to /dev/fuse")
+    missing = [p for p in programs if shutil.which(p) is None]
+    if missing:
+        pytest.skip(f"missing programs: {', '.join(missing)}")
+
+
+# ---------------------------------------------------------------- bindfs
+
+
+@contextlib.contextmanager
+def bindfs_mount(workdir: Path) -> Iterator[Path]:
+    """Mount bindfs of a fresh `workdir/src` on `workdir/mnt`, yield the mount point, unmount."""
+    _need_fuse("bindfs")
+    src, mnt = workdir / "src", workdir / "mnt"
+    src.mkdir(parents=True)
+    mnt.mkdir()
+    log_path = workdir / "bindfs.log"
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(open(log_path, "wb"))
+        proc = subprocess.Popen(
+            ["bindfs", "-f", str(src), str(mnt)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        stack.callback(_stop_fuse, mnt, proc)
+        wait_until(functools.partial(_mounted_or_exited, mnt, proc), what=f"bindfs to mount {mnt}")
+        if mount_type(mnt) is None:
+            pytest.skip(f"bindfs could not mount: {_tail(log_path)}")
+        yield mnt
+
+
+@pytest.fixture
+def bindfs_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh, empty bindfs FUSE mount point (function-scoped; mounting takes milliseconds)."""
+    with bindfs_mount(tmp_path_factory.mktemp("bindfs")) as mnt:
+        yield mnt
+
+
+# ---------------------------------------------------------------- GlusterFS
+
+
+@dataclass
+class GlusterBed:
+    """A running GlusterFS volume and its FUSE clients (one per simulated host)."""
+
+    mounts: list[Path]
+    volume: str
+    address: str
+    netns: str
+    brick: Path
+    logs: Path
+    setup_seconds: float = 0.0
+    _names: Iterator[int] = field(default_factory=itertools.count, repr=False)
+
+    def paths(self, relative: str | os.PathLike[str]) -> list[Path]:
+        """The same path inside the volume as seen through each mount."""
+        return [m / relative for m in self.mounts]
+
+    def fresh_dir(self, name: str) -> list[Path]:
+        """Make a new, empty directory on the volume (its name starts with `name`) and return it
+        as seen through each mount, once every mount sees it."""
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:100] or "dir"
+        while True:
+            dirname = f"{stem}-{next(self._names)}"
+            try:
+                (self.mounts[0] / dirname).mkdir()
+            except FileExistsError:
+                continue
+            break
+        views = self.paths(dirname)
+        for view in views:
+            wait_until(view.is_dir, what=f"{view} to appear")
+        return views
+
+
+class _Gluster:
+    """Setup and teardown steps of one bed; every resource is registered on `stack` as made."""
+
+    def __init__(self, workdir: Path, stack: contextlib.ExitStack) -> None:
+        self.stack = stack
+        self.workdir = workdir
+        self.logs = workdir / "log"
+        self.logs.mkdir(parents=True)
+        self.brick = workdir / "brick"
+        self.netns = f"taskq-gl-{os.getpid()}-{secrets.token_hex(3)}"
+        self.nsexec = ["nsenter", f"--net={NETNS_DIR / self.netns}"]
+        run = workdir / "run"
+        if len(str(run / "glusterd.socket")) > 100:  # sun_path holds 108 bytes
+            run = Path(tempfile.mkdtemp(prefix="taskq-gl-"))
+            stack.callback(shutil.rmtree, run, ignore_errors=True)
+        else:
+            run.mkdir()
+        self.run = run
+        self.socket = run / "glusterd.socket"
+        self.bricks: dict[int, list[str]] = {}  # brick pid -> its command line
+
+    def open_log(self, name: str) -> IO[bytes]:
+        return self.stack.enter_context(open(self.logs / name, "wb"))
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return _run(
+            [
+                "gluster",
+                "--mode=script",
+                f"--glusterd-sock={self.socket}",
+                f"--log-file={self.logs / 'cli.log'}",
+                *args,
+            ]
+        )
+
+    def cli_ok(self, *args: str) -> str:
+        r = self.cli(*args)
+        if r.returncode != 0:
+            why = _one_line(r.stderr + r.stdout)
+            raise RuntimeError(f"gluster {' '.join(args)} failed ({r.returncode}): {why}")
+        return r.stdout
+
+    # -- network namespace
+
+    def make_netns(self) -> None:
+        netns_was_mounted = mount_type(NETNS_DIR) is not None
+        netns_existed = NETNS_DIR.exists()
+        r = _run(["ip", "netns", "add", self.netns])
+        if r.returncode != 0:
+            # ip may have made /run/netns (and its mount) before failing
+            self.drop_netns_dir(netns_was_mounted, netns_existed)
+            pytest.skip(f"cannot make a network namespace: {_one_line(r.stderr)}")
+        self.stack.callback(self.drop_netns, netns_was_mounted, netns_existed)
+        for cmd in (
+            ["ip", "-n", self.netns, "link", "set", "lo", "up"],
+            ["ip", "-n", self.netns, "addr", "add", f"{GLUSTER_ADDRESS}/32", "dev", "lo"],
+        ):
+            r = _run(cmd)
+            if r.returncode != 0:
+                pytest.skip(f"cannot set up lo in a network namespace: {_one_line(r.stderr)}")
+
+    def drop_netns(self, was_mounted: bool, existed: bool) -> None:
+        _run(["ip", "netns", "delete", self.netns])
+        self.drop_netns_dir(was_mounted, existed)
+
+    @staticmethod
+    def drop_netns_dir(was_mounted: bool, existed: bool) -> None:
+        """Undo ip's bind mount of /run/netns (and the directory) if we caused it and it is
+        empty; a namespace another process added since keeps it (umount fails: busy)."""
+        if was_mounted or not NETNS_DIR.is_dir() or any(NETNS_DIR.iterdir()):
+            return
+        if mount_type(NETNS_DIR) is not None:
+            _run(["umount", str(NETNS_DIR)])
+        if not existed and mount_type(NETNS_DIR) is None:
+            with contextlib.suppress(OSError):
+                NETNS_DIR.rmdir()
+
+    # -- glusterd
+
+    def start_glusterd(self) -> None:
+        volfile = self.workdir / "glusterd.vol"
+        volfile.write_text(
+            "volume management\n"
+            "    type mgmt/glusterd\n"
+            f"    option working-directory {self.workdir / 'state'}\n"
+            f"    option run-directory {self.run}\n"
+            f"    option glusterd-sockfile {self.socket}\n"
+            "    option transport-type socket\n"
+            "    option transport.socket.listen-port 24007\n"
+            "    option ping-timeout 0\n"
+            "    option event-threads 1\n"
+            "end-volume\n"
+        )
+        (self.workdir / "state").mkdir()
+        proc = subprocess.Popen(
+            [
+                *self.nsexec,
+                "glusterd",
+                "-N",
+                "-f",
+                str(volfile),
+                "-l",
+                str(self.logs / "glusterd.log"),
+                "-p",
+                str(self.run / "glusterd.pid"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self.open_log("glusterd.out"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.stack.callback(_stop_child, proc)
+        try:
+            wait_until(
+                lambda: proc.poll() is not None or self.cli("volume", "list").returncode == 0,
+                what="glusterd to answer",
+            )
+        except TimeoutError:
+            pytest.skip(f"glusterd did not answer within {DEADLINE:g}s: {self.glusterd_log()}")
+        if proc.poll() is not None:
+            pytest.skip(f"glusterd exited ({proc.returncode}): {self.glusterd_log()}")
+
+    def glusterd_log(self) -> str:
+        """glusterd's last critical/error log line (else its last words), for a skip reason."""
+        try:
+            lines = (self.logs / "glusterd.log").read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        errors = [line for line in lines if " C [" in line or " E [" in line]
+        if errors:
+            return _one_line(re.sub(r"^\[[^]]*\] [CE] ", "", errors[-1]))
+        out = _tail(self.logs / "glusterd.out")
+        return out if out != "(no output)" else _tail(self.logs / "glusterd.log")
+
+    # -- volume and brick
+
+    def start_volume(self) -> None:
+        # Registered before the volume exists; runs after `volume stop`, before glusterd stops.
+        self.stack.callback(self.reap_bricks)
+        self.cli_ok("volume", "create", GLUSTER_VOLUME, f"{GLUSTER_ADDRESS}:{self.brick}", "force")
+        self.stack.callback(self.cli, "volume", "stop", GLUSTER_VOLUME, "force")
+        self.cli_ok("volume", "start", GLUSTER_VOLUME)
+        wait_until(self.brick_online, what=f"the brick of {GLUSTER_VOLUME} to come online")
+        self.bricks = self.our_bricks()  # recorded while glusterd's pid files exist
+
+    def brick_online(self) -> bool:
+        r = self.cli("volume", "status", GLUSTER_VOLUME, "--xml")
+        if r.returncode != 0:
+            return False
+        try:
+            nodes = ET.fromstring(r.stdout).findall(".//volume/node")
+        except ET.ParseError:
+            return False
+        return any(
+            n.findtext("path") == str(self.brick) and n.findtext("status") == "1" for n in nodes
+        )
+
+    def our_bricks(self) -> dict[int, list[str]]:
+        """Processes glusterd started for this bed: pid files under our run directory whose
+        process still names our brick or run directory on its command line."""
+        found: dict[int, list[str]] = {}
+        for pidfile in self.run.rglob("*.pid"):
+            try:
+                pid = int(pidfile.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            cmd = _cmdline(pid)
+            ours = any(str(self.run) in a or str(self.brick) == a for a in cmd)
+            if ours and os.path.basename(cmd[0]) in ("glusterfsd", "glusterfs"):
+                found[pid] = cmd
+        return found
+
+    def reap_bricks(self) -> None:
+        bricks = {**self.bricks, **self.our_bricks()}
+        for pid, cmd in bricks.items():
+            if _pid_alive(pid) and _cmdline(pid) == cmd:
+                _kill_pid(pid)
+            for opt, path in itertools.pairwise(cmd):
+                if opt == "-S" and path.endswith(".socket"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                if opt == "-l" and path.startswith("/var/log/glusterfs/"):
+                    with contextlib.suppress(OSError):
+                        shutil.move(path, self.logs / f"brick-{os.path.basename(path)}")
+
+    # -- clients
+
+    def mount_clients(self, count: int) -> list[Path]:
+        started: list[tuple[Path, subprocess.Popen[bytes]]] = []
+        for i in range(count):
+            mnt = self.workdir / f"mnt{i}"
+            mnt.mkdir()
+            proc = subprocess.Popen(
+                [
+                    *self.nsexec,
+                    "glusterfs",
+                    "-N",
+                    f"--volfile-server={GLUSTER_ADDRESS}",
+                    f"--volfile-id={GLUSTER_VOLUME}",
+                    f"--log-file={self.logs / f'client{i}.log'}",
+                    str(mnt),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=self.open_log(f"client{i}.out"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self.stack.callback(_stop_fuse, mnt, proc)
+            started.append((mnt, proc))
+        for i, (mnt, proc) in enumerate(started):
+            wait_until(
+                functools.partial(_mounted_or_exited, mnt, proc),
+                what=f"gluster client {i} to mount {mnt}",
+            )
+            if mount_type(mnt) is None:
+                raise RuntimeError(
+                    f"gluster client {i} exited ({proc.returncode}) without mounting: "
+                    f"{_tail(self.logs / f'client{i}.log')}"
+                )
+        views = [m for m, _ in started]
+        # Each client writes a probe; wait until every client sees every probe.
+        probes = [f".bed-probe-{i}" for i in range(count)]
+        for view, probe in zip(views, probes, strict=True):
+            wait_until(functools.partial(_try_touch, view / probe), what=f"a write through {view}")
+        for view in views:
+            for probe in probes:
+                wait_until((view / probe).exists, what=f"{probe} visible through {view}")
+        for probe in probes:
+            (views[0] / probe).unlink()
+        return views
+
+
+def _mounted_or_exited(mnt: Path, proc: subprocess.Popen[bytes]) -> bool:
+    return mount_type(mnt) is not None or proc.poll() is not None
+
+
+def _try_touch(path: Path) -> bool:
+    try:
+        path.touch()
+    except OSError:
+        return False
+    return True
+
+
+def _need_gluster() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the gluster bed needs root (network namespace, glusterd, FUSE mounts)")
+    _need_fuse("glusterd", "glusterfs", "gluster", "ip", "nsenter")
+
+
+@contextlib.contextmanager
+def gluster_bed(workdir: Path, clients: int = 3) -> Iterator[GlusterBed]:
+    """Bring up a GlusterFS volume with `clients` FUSE mounts under `workdir`; tear it down."""
+    _need_gluster()
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        g = _Gluster(workdir, stack)
+        g.make_netns()
+        g.start_glusterd()
+        g.start_volume()
+        views = g.mount_clients(clients)
+        yield GlusterBed(
+            mounts=views,
+            volume=GLUSTER_VOLUME,
+            address=GLUSTER_ADDRESS,
+            netns=g.netns,
+            brick=g.brick,
+            logs=g.logs,
+            setup_seconds=time.monotonic() - started,
+        )
+
+
+@pytest.fixture(scope="session")
+def gluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GlusterBed]:
+    """A GlusterFS volume with three FUSE mounts (`.mounts`), one per simulated host; use
+    `.fresh_dir(name)` for a per-test directory. Session-scoped: setup takes seconds."""
+    with gluster_bed(tmp_path_factory.mktemp("gluster")) as bed:
+        yield bed

@@ -1,0 +1,103 @@
+"""Smoke tests of the shared-filesystem beds in tests/substrates.py (bindfs and GlusterFS)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from substrates import RENAME_NOREPLACE, GlusterBed, mount_type, renameat2, wait_until
+
+pytest_plugins = ["substrates"]
+
+
+def test_bindfs_refuses_rename_noreplace_but_renames(bindfs_dir: Path) -> None:
+    assert (mount_type(bindfs_dir) or "").startswith("fuse")
+    src, dst = bindfs_dir / "a", bindfs_dir / "b"
+    src.write_text("x")
+    with pytest.raises(OSError) as refused:
+        renameat2(src, dst, RENAME_NOREPLACE)
+    assert refused.value.errno == errno.EINVAL
+    assert src.exists() and not dst.exists()
+    os.rename(src, dst)
+    assert sorted(os.listdir(bindfs_dir)) == ["b"]
+    assert dst.read_text() == "x"
+
+
+def test_gluster_mounts_see_each_others_files(gluster: GlusterBed) -> None:
+    assert len(gluster.mounts) == 3
+    assert len({m.stat().st_dev for m in gluster.mounts}) == 3  # three separate clients
+    for mnt in gluster.mounts:
+        assert mount_type(mnt) == "fuse.glusterfs"
+    views = gluster.fresh_dir("see-each-other")
+    for i, writer in enumerate(views):
+        (writer / f"from{i}").write_text(f"written through mount {i}")
+    for reader in views:
+        for i in range(len(views)):
+            path = reader / f"from{i}"
+            wait_until(path.exists, what=f"{path}")
+            assert path.read_text() == f"written through mount {i}"
+        assert sorted(os.listdir(reader)) == ["from0", "from1", "from2"]
+
+
+def test_gluster_rename_noreplace_is_recorded(
+    gluster: GlusterBed, record_property: Callable[[str, object], None]
+) -> None:
+    a, b = gluster.fresh_dir("noreplace")[:2]
+    (a / "src").write_text("s")
+    (a / "taken").write_text("t")
+    try:
+        renameat2(a / "src", a / "dst", RENAME_NOREPLACE)
+    except OSError as e:
+        assert e.errno == errno.EINVAL, e
+        outcome = "refused with EINVAL"
+        assert (a / "src").exists() and not (a / "dst").exists()
+    else:
+        outcome = "supported"
+        with pytest.raises(FileExistsError):
+            renameat2(b / "dst", b / "taken", RENAME_NOREPLACE)
+        assert (b / "taken").read_text() == "t"
+    record_property("gluster_rename_noreplace", outcome)
+    print(f"GlusterFS renameat2(RENAME_NOREPLACE): {outcome}")
+
+
+def test_gluster_rename_race_has_one_winner(gluster: GlusterBed) -> None:
+    """One source renamed at once through two mounts to two names: one wins, one gets ENOENT."""
+    maker, left, right = gluster.fresh_dir("race")
+    rounds = 200
+    for n in range(rounds):
+        (maker / f"src{n}").write_text(str(n))
+        barrier = threading.Barrier(2)
+        results: dict[str, BaseException | None] = {}
+        threads = [
+            threading.Thread(target=_rename, args=(view / f"src{n}", view / dst, barrier, results))
+            for view, dst in ((left, f"left{n}"), (right, f"right{n}"))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        outcome = {Path(dst).name: err for dst, err in results.items()}
+        winners = [dst for dst, err in outcome.items() if err is None]
+        losers = [err for err in outcome.values() if err is not None]
+        assert len(winners) == 1, f"round {n}: {outcome}"
+        assert len(losers) == 1, f"round {n}: {outcome}"
+        assert isinstance(losers[0], FileNotFoundError), f"round {n}: {outcome}"
+        names = sorted({f"src{n}", f"left{n}", f"right{n}"}.intersection(os.listdir(maker)))
+        assert names == [winners[0]], f"round {n}: {names} after {outcome}"
+        assert (maker / winners[0]).read_text() == str(n)
+
+
+def _rename(
+    src: Path, dst: Path, barrier: threading.Barrier, results: dict[str, BaseException | None]
+) -> None:
+    try:
+        barrier.wait(60)
+        os.rename(src, dst)
+    except BaseException as e:
+        results[str(dst)] = e
+    else:
+        results[str(dst)] = None
