@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from conftest import Daemon, Taskq, wait_for
 from hypothesis import HealthCheck, Phase, given, settings
@@ -40,7 +41,7 @@ contents = st.one_of(
 )
 odd_names = st.text(
     st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)), min_size=1, max_size=60
-).filter(lambda s: s not in (".", ".."))
+).filter(lambda s: not s.startswith("."))  # dot-names are strays, left alone (test_strays)
 places = st.sampled_from(["bucket", "claimed", "root", "pending"])
 hostile = st.lists(st.tuples(places, odd_names, contents, st.booleans()), min_size=1, max_size=6)
 
@@ -107,3 +108,30 @@ def test_hostile_files_are_quarantined_and_the_daemon_carries_on(files: list) ->
         assert all(p.read_text().count("\n") == 1 for p in (tq.spool / "corrupt").glob("*.reason"))
     finally:
         shutil.rmtree(root)
+
+
+def test_strays_are_left_alone(tq: Taskq, start_daemon: Any) -> None:
+    """NFS silly-renames and FUSE hidden files: never run, never quarantined, never fsck'd."""
+    spool = Spool(str(tq.spool))
+    spool.init()
+    now = time.time_ns() // 1000
+    task = submit(spool, TaskBody(new_id(now), ["true"], now, now, env={"PATH": DEFAULT_PATH}))[0]
+    bucket = tq.spool / "pending" / task.bucket
+    strays = [
+        bucket / ".nfs000000000123abcd00000001",
+        tq.spool / "claimed" / f".nfs0000000000456{task}_started",
+        tq.spool / "pending" / ".fuse_hidden0000000a00000001",
+        tq.spool / ".nfs0000000000000abc00000002",
+        tq.spool / "done" / ".nfs0000000000000def00000003",
+    ]
+    for path in strays:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(json.dumps({"argv": ["touch", "/tmp/never"]}).encode())
+    daemon = start_daemon("--rescan", "0.2s", "--lease", "0.9s")
+    tq.wait_state(task.id, ("done",))
+    later = tq.submit("--in", "1s", "--", "true")  # a rescan and several claim scans later
+    tq.wait_state(later, ("done",))
+    assert all(p.exists() for p in strays)
+    assert not list((tq.spool / "corrupt").iterdir()), daemon.text()
+    report = json.loads(tq.run("fsck", "--dry-run", "--json", check=False).stdout)
+    assert not report["findings"], report
