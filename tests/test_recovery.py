@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
-from taskq.config import default_host_id
+from taskq.defaults import default_host_id
 from taskq.task import ClaimName, TaskName
 
 StartDaemon = Callable[..., Daemon]

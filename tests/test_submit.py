@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import TASKQ, Taskq
 
-from taskq.config import default_spool
+from taskq.defaults import default_spool
 from taskq.task import TaskBody, TaskName, bucket_of, valid_id
 from taskq.timespec import parse_when
 

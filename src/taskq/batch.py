@@ -7,7 +7,8 @@ max_attempts, timeout, expires (DURATION or seconds), env (an object of
 strings, merged over the defaults), payload (text for the command's
 standard input) or payload_base64, and cwd. Fields a line leaves out take
 the values given on the command line. Every line is validated before any
-task is accepted; a bad line is reported by its number.
+task is accepted; a bad line is reported by its number. This module checks
+the JSON types; what a request may ask for is request.py's to say.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import base64
 import binascii
 import dataclasses
 import json
-import os
-import re
 from typing import Any
 
+from taskq import request
 from taskq.errors import BadInput
-from taskq.task import MAX_STDIN, TaskBody, check_queue, new_id
-from taskq.timespec import SECOND, parse_duration, parse_when
+from taskq.request import Request
+from taskq.task import TaskBody, check_queue
+from taskq.timespec import SECOND, parse_duration
 
 FIELDS = frozenset(
     {
@@ -40,17 +41,16 @@ FIELDS = frozenset(
         "cwd",
     }
 )
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def parse(data: bytes, template: TaskBody, now: int) -> list[TaskBody]:
-    """Turn NDJSON into bodies based on template; BadInput names the bad line."""
+def parse(data: bytes, defaults: Request, now: int) -> list[TaskBody]:
+    """Turn NDJSON into bodies, each line over defaults; BadInput names the bad line."""
     bodies = []
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            bodies.append(_body(_object(line), template, now))
+            bodies.append(_body(_object(line), defaults, now))
         except BadInput as e:
             raise BadInput(f"batch line {number}: {e}") from None
     return bodies
@@ -69,17 +69,20 @@ def _object(line: bytes) -> dict[str, Any]:
     return doc
 
 
-def _body(doc: dict[str, Any], template: TaskBody, now: int) -> TaskBody:
+def _body(doc: dict[str, Any], defaults: Request, now: int) -> TaskBody:
     command = doc.get("command")
     if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
         raise BadInput("command must be a non-empty list of strings")
-    if "run_at" in doc and "in" in doc:
-        raise BadInput("give run_at or in, not both")
-    fields: dict[str, Any] = {"id": new_id(now), "argv": command, "submitted_at": now}
-    if "run_at" in doc:
-        fields["run_at"] = _instant(doc["run_at"], now)
-    elif "in" in doc:
-        fields["run_at"] = now + _duration("in", doc["in"], allow_zero=True)
+    return dataclasses.replace(defaults, **_fields(doc, defaults, now)).body(command, now)
+
+
+def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
+    """The fields of the request that this line gives, checked."""
+    fields: dict[str, Any] = {}
+    if "run_at" in doc or "in" in doc:
+        at = _instant(doc["run_at"]) if "run_at" in doc else None
+        delay = _duration("in", doc["in"], allow_zero=True) if "in" in doc else None
+        fields["run_at"] = request.run_at(at, delay, now, names=("run_at", "in"))
     for name in ("timeout", "expires"):
         if name in doc:
             fields[name] = _duration(name, doc[name])
@@ -90,12 +93,12 @@ def _body(doc: dict[str, Any], template: TaskBody, now: int) -> TaskBody:
     if "max_attempts" in doc:
         fields["max_attempts"] = _attempts(doc["max_attempts"])
     if "env" in doc:
-        fields["env"] = {**template.env, **_env(doc["env"])}
+        fields["env"] = {**defaults.env, **_env(doc["env"])}
     if "cwd" in doc:
-        fields["cwd"] = _cwd(doc["cwd"])
+        fields["cwd"] = request.directory("cwd", _string("cwd", doc["cwd"]))
     if "payload" in doc or "payload_base64" in doc:
-        fields["stdin"] = _payload(doc)
-    return dataclasses.replace(template, **fields)
+        fields["stdin"] = request.payload("payload", _payload(doc))
+    return fields
 
 
 def _string(name: str, value: Any) -> str:
@@ -104,10 +107,11 @@ def _string(name: str, value: Any) -> str:
     return value
 
 
-def _instant(value: Any, now: int) -> int:
+def _instant(value: Any) -> str:
+    """run_at as a WHEN: a string, or epoch seconds as a number."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return parse_when(f"@{value:.6f}", now)
-    return parse_when(_string("run_at", value), now)
+        return f"@{value:.6f}"
+    return _string("run_at", value)
 
 
 def _duration(name: str, value: Any, allow_zero: bool = False) -> int:
@@ -115,14 +119,13 @@ def _duration(name: str, value: Any, allow_zero: bool = False) -> int:
         us = round(value * SECOND)
     else:
         us = parse_duration(_string(name, value))
-    if us <= 0 and not allow_zero:
-        raise BadInput(f"{name} must be longer than zero")
-    return us
+    return us if allow_zero else request.positive(name, us)
 
 
 def _attempts(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
-        raise BadInput("max_attempts must be a whole number from 1 to 1000")
+    top = request.MAX_ATTEMPTS
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
+        raise BadInput(f"max_attempts must be a whole number from 1 to {top}")
     return value
 
 
@@ -130,28 +133,17 @@ def _env(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise BadInput("env must be an object of strings")
     for k, v in value.items():
-        if not ENV_NAME.fullmatch(k) or not isinstance(v, str):
+        if not request.env_name(k) or not isinstance(v, str):
             raise BadInput(f"bad env entry {k!r}: names are [A-Za-z_][A-Za-z0-9_]*, values strings")
     return dict(value)
-
-
-def _cwd(value: Any) -> str:
-    path = _string("cwd", value)
-    if not os.path.isabs(path) or not os.path.isdir(path):
-        raise BadInput(f"cwd {path!r} is not an absolute path to a directory")
-    return path
 
 
 def _payload(doc: dict[str, Any]) -> bytes:
     if "payload" in doc and "payload_base64" in doc:
         raise BadInput("give payload or payload_base64, not both")
     if "payload" in doc:
-        data = _string("payload", doc["payload"]).encode()
-    else:
-        try:
-            data = base64.b64decode(_string("payload_base64", doc["payload_base64"]), validate=True)
-        except binascii.Error:
-            raise BadInput("payload_base64 is not base64") from None
-    if len(data) > MAX_STDIN:
-        raise BadInput(f"payload is over the limit of {MAX_STDIN} bytes")
-    return data
+        return _string("payload", doc["payload"]).encode()
+    try:
+        return base64.b64decode(_string("payload_base64", doc["payload_base64"]), validate=True)
+    except binascii.Error:
+        raise BadInput("payload_base64 is not base64") from None

@@ -8,35 +8,29 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import click
 
 # Imports used by one command only are made inside it: `taskq submit` starts
 # as a new process for every task, and its start-up time is its throughput.
-from taskq import __version__, fsutil
+from taskq import __version__, errors, fsutil, request
 from taskq.clock import wall_us
-from taskq.config import default_host_id, default_spool
-from taskq.errors import BadInput, Conflict, NotFound, TaskqError
+from taskq.defaults import default_host_id, default_spool
+from taskq.errors import BadInput, Conflict, NotFound, TaskqError, WaitTimeout
+from taskq.params import DURATION, ENV_VAR, POSITIVE_DURATION, QUEUE_LIMIT, OptionError
 from taskq.spool import STATES, Located, Spool
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_PATH,
     DEFAULT_QUEUE,
     MAX_STDIN,
     TaskBody,
     check_id,
     check_queue,
     check_token,
-    new_id,
 )
-from taskq.timespec import format_iso, parse_duration, parse_when
-
-F = TypeVar("F", bound=Callable[..., Any])
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+from taskq.timespec import SECOND, format_iso, parse_duration
 
 
 def _spool(ctx: click.Context) -> Spool:
@@ -63,19 +57,33 @@ def cli(ctx: click.Context, spool: str | None) -> None:
 
 @cli.command(context_settings={"ignore_unknown_options": False})
 @click.option("--at", "at", metavar="WHEN", help="ISO-8601 time (no offset = UTC), @EPOCH or now.")
-@click.option("--in", "in_", metavar="DURATION", help="Run after DURATION, e.g. 90s, 5m, 1h30m.")
+@click.option(
+    "--in",
+    "in_",
+    type=DURATION,
+    metavar="DURATION",
+    help="Run after DURATION, e.g. 90s, 5m, 1h30m.",
+)
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Queue name.")
 @click.option("--key", help="Idempotency key: a second submit with it creates nothing.")
 @click.option(
     "--max-attempts",
-    type=click.IntRange(1, 1000),
+    type=click.IntRange(1, request.MAX_ATTEMPTS),
     default=DEFAULT_MAX_ATTEMPTS,
     show_default=True,
     help="Attempts before the task is dead-lettered to failed/.",
 )
-@click.option("--timeout", metavar="DURATION", help="Kill an attempt that runs longer.")
 @click.option(
-    "--expires", metavar="DURATION", help="Fail instead of starting later than run_at + DURATION."
+    "--timeout",
+    type=POSITIVE_DURATION,
+    metavar="DURATION",
+    help="Kill an attempt that runs longer.",
+)
+@click.option(
+    "--expires",
+    type=POSITIVE_DURATION,
+    metavar="DURATION",
+    help="Fail instead of starting later than run_at + DURATION.",
 )
 @click.option(
     "--stdin",
@@ -86,6 +94,7 @@ def cli(ctx: click.Context, spool: str | None) -> None:
 @click.option(
     "--env",
     "env",
+    type=ENV_VAR,
     multiple=True,
     metavar="K=V",
     help="Set a variable for the command (repeatable).",
@@ -105,7 +114,7 @@ def cli(ctx: click.Context, spool: str | None) -> None:
 @click.pass_context
 def submit(ctx: click.Context, /, **opts: Any) -> None:
     """Accept COMMAND to run at a time; print its id once it is durable."""
-    from taskq import limits
+    from taskq import config, limits
     from taskq.submit import submit as submit_one
     from taskq.submit import submit_batch
 
@@ -113,12 +122,12 @@ def submit(ctx: click.Context, /, **opts: Any) -> None:
     if opts["batch"] is None:
         if not opts["command"]:
             raise BadInput("missing COMMAND (or give --batch FILE)")
-        bodies = [_build_body(opts, now)]
+        bodies = [_request(opts, now).body(opts["command"], now)]
     else:
         bodies = _read_batch(opts, now)
     spool = _spool(ctx)
     _init(spool)
-    limits.check(spool, limits.load(spool), now, adding=len(bodies))
+    limits.check(spool, config.load(spool.root).limits, now, adding=len(bodies))
     if opts["batch"] is None:
         results = [submit_one(spool, bodies[0])]
     else:
@@ -147,64 +156,26 @@ def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:
                 data = f.read()
     except OSError as e:
         raise BadInput(f"cannot read --batch {opts['batch']}: {e.strerror}") from None
-    return batch.parse(data, _build_body({**opts, "command": ("-",)}, now), now)
+    return batch.parse(data, _request(opts, now), now)
 
 
-def _build_body(opts: dict[str, Any], now: int) -> TaskBody:
-    if opts["at"] is not None and opts["in_"] is not None:
-        raise BadInput("give --at or --in, not both")
-    run_at = now
-    if opts["at"] is not None:
-        run_at = parse_when(opts["at"], now)
-    elif opts["in_"] is not None:
-        run_at = now + parse_duration(opts["in_"])
-    return TaskBody(
-        id=new_id(now),
-        argv=list(opts["command"]),
-        run_at=run_at,
-        submitted_at=now,
-        cwd=_cwd(opts["cwd"]),
-        env=_env(opts["env"]),
+def _request(opts: dict[str, Any], now: int) -> request.Request:
+    """What submit's options ask for: every task's, or a batch's defaults."""
+    return request.Request(
+        run_at=request.run_at(opts["at"], opts["in_"], now),
+        cwd=request.directory("--cwd", os.path.abspath(opts["cwd"] or os.getcwd())),
+        env=request.environment(opts["env"]),
         queue=check_queue(opts["queue"]),
         key=opts["key"],
         max_attempts=opts["max_attempts"],
-        timeout=_positive_duration("--timeout", opts["timeout"]),
-        expires=_positive_duration("--expires", opts["expires"]),
+        timeout=opts["timeout"],
+        expires=opts["expires"],
         stdin=_read_stdin() if opts["use_stdin"] else None,
     )
 
 
-def _cwd(given: str | None) -> str:
-    path = os.path.abspath(given or os.getcwd())
-    if not os.path.isdir(path):
-        raise BadInput(f"--cwd {given!r} is not a directory")
-    return path
-
-
-def _env(pairs: tuple[str, ...]) -> dict[str, str]:
-    env = {"PATH": DEFAULT_PATH}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not _ENV_NAME.fullmatch(name):
-            raise BadInput(f"bad --env {pair!r}: expected NAME=VALUE")
-        env[name] = value
-    return env
-
-
-def _positive_duration(option: str, text: str | None) -> int | None:
-    if text is None:
-        return None
-    value = parse_duration(text)
-    if value <= 0:
-        raise BadInput(f"{option} must be longer than zero")
-    return value
-
-
 def _read_stdin() -> bytes:
-    data = sys.stdin.buffer.read(MAX_STDIN + 1)
-    if len(data) > MAX_STDIN:
-        raise BadInput(f"standard input is over the limit of {MAX_STDIN} bytes")
-    return data
+    return request.payload("standard input", sys.stdin.buffer.read(MAX_STDIN + 1))
 
 
 def _init(spool: Spool) -> None:
@@ -230,6 +201,7 @@ def _init(spool: Spool) -> None:
     default="60s",
     show_default=True,
     metavar="DURATION",
+    type=POSITIVE_DURATION,
     help="Lease of a claim; renewed every third of it.",
 )
 @click.option(
@@ -240,16 +212,23 @@ def _init(spool: Spool) -> None:
     default="10s",
     show_default=True,
     metavar="DURATION",
+    type=DURATION,
     help="Backoff before the first retry; doubles each attempt, with jitter.",
 )
 @click.option(
-    "--retry-cap", default="1h", show_default=True, metavar="DURATION", help="Longest backoff."
+    "--retry-cap",
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    type=DURATION,
+    help="Longest backoff.",
 )
 @click.option(
     "--rescan",
     default="30s",
     show_default=True,
     metavar="DURATION",
+    type=POSITIVE_DURATION,
     help="Safety-net rescan interval.",
 )
 @click.option(
@@ -257,20 +236,31 @@ def _init(spool: Spool) -> None:
     default="1ms",
     show_default=True,
     metavar="DURATION",
+    type=DURATION,
     help="Clock uncertainty allowed for: never start before run_at + margin.",
 )
 @click.option(
     "--queue-limit",
     "queue_limit",
+    type=QUEUE_LIMIT,
     multiple=True,
     metavar="NAME=N",
     help="Run at most N attempts of queue NAME at once (repeatable).",
+)
+@click.option(
+    "--doorbell-poll",
+    default="250ms",
+    show_default=True,
+    metavar="DURATION",
+    type=DURATION,
+    help="How often to stat the doorbell for other hosts' submissions; 0 turns it off.",
 )
 @click.option(
     "--max-uncertainty",
     default="2s",
     show_default=True,
     metavar="DURATION",
+    type=DURATION,
     help="Stop dispatching while the clock uncertainty exceeds this.",
 )
 @click.option(
@@ -278,6 +268,7 @@ def _init(spool: Spool) -> None:
     default="10s",
     show_default=True,
     metavar="DURATION",
+    type=POSITIVE_DURATION,
     help="How often to measure the clock against the spool filesystem's.",
 )
 @click.option(
@@ -285,6 +276,7 @@ def _init(spool: Spool) -> None:
     default="10s",
     show_default=True,
     metavar="DURATION",
+    type=DURATION,
     help="Between SIGTERM and SIGKILL on --timeout.",
 )
 @click.option(
@@ -316,27 +308,30 @@ def _init(spool: Spool) -> None:
     default="10s",
     show_default=True,
     metavar="DURATION",
+    type=DURATION,
     help="How long SIGTERM waits for running attempts.",
 )
 @click.pass_context
 def daemon(ctx: click.Context, /, **opts: Any) -> None:
     """Run due tasks until SIGTERM or SIGINT (in the foreground unless --detach)."""
     from taskq import logsetup
-    from taskq.daemon import Config, Daemon
+    from taskq.daemon import Daemon
     from taskq.detach import PidFile, detach
+    from taskq.settings import Settings
 
-    cfg = Config(
+    cfg = Settings(
         workers=opts["workers"],
-        lease=_positive_duration("--lease", opts["lease"]) or 0,
+        lease=opts["lease"],
         host_id=check_token("host id", opts["host_id"] or default_host_id()),
-        retry_delay=parse_duration(opts["retry_delay"]),
-        retry_cap=parse_duration(opts["retry_cap"]),
-        rescan=_positive_duration("--rescan", opts["rescan"]) or 0,
-        clock_margin=parse_duration(opts["clock_margin"]),
-        max_uncertainty=parse_duration(opts["max_uncertainty"]),
-        clock_check=_positive_duration("--clock-check", opts["clock_check"]) or 0,
-        kill_grace=parse_duration(opts["kill_grace"]),
-        shutdown_grace=parse_duration(opts["shutdown_grace"]),
+        retry_delay=opts["retry_delay"],
+        retry_cap=opts["retry_cap"],
+        rescan=opts["rescan"],
+        doorbell_poll=opts["doorbell_poll"],
+        clock_margin=opts["clock_margin"],
+        max_uncertainty=opts["max_uncertainty"],
+        clock_check=opts["clock_check"],
+        kill_grace=opts["kill_grace"],
+        shutdown_grace=opts["shutdown_grace"],
         queue_limits=_queue_limits(opts["queue_limit"]),
         keep_done=None if opts["keep_done"] == "never" else parse_duration(opts["keep_done"]),
     )
@@ -371,14 +366,8 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
     sys.exit(status)
 
 
-def _queue_limits(pairs: tuple[str, ...]) -> dict[str, int]:
-    limits = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not value.isdigit() or int(value) < 1:
-            raise BadInput(f"bad --queue-limit {pair!r}: expected NAME=N with N >= 1")
-        limits[check_queue(name)] = int(value)
-    return limits
+def _queue_limits(pairs: tuple[tuple[str, int], ...]) -> dict[str, int]:
+    return dict(pairs)  # checked by params.QUEUE_LIMIT; the last of a name wins
 
 
 # -- reading -----------------------------------------------------------------
@@ -506,6 +495,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @cli.command()
 @click.option(
     "--older-than",
+    type=DURATION,
     default="7d",
     show_default=True,
     metavar="DURATION",
@@ -513,11 +503,11 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Report what would go; change nothing.")
 @click.pass_context
-def gc(ctx: click.Context, older_than: str, dry_run: bool) -> None:
+def gc(ctx: click.Context, older_than: int, dry_run: bool) -> None:
     """Prune finished tasks from done/, with their logs and keys."""
     from taskq import gc as retention
 
-    found = retention.collect(_spool(ctx), wall_us(), parse_duration(older_than), dry_run)
+    found = retention.collect(_spool(ctx), wall_us(), older_than, dry_run)
     verb = "would remove" if dry_run else "removed"
     click.echo(
         f"{verb} {found.tasks} done task(s) in {found.days} day(s), with their logs "
@@ -544,7 +534,7 @@ def fsck(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
         for line in report.lines:
             click.echo(line)
         click.echo(f"fsck: {report.problems} problem(s), {report.fixed} fixed")
-    sys.exit(0 if report.problems == report.fixed else 1)
+    ctx.exit(errors.fsck_status(report.problems, report.fixed))
 
 
 # -- changing tasks --------------------------------------------------------
@@ -564,55 +554,48 @@ def cancel(ctx: click.Context, task_id: str) -> None:
         click.echo(f"cancelled {found.name.id}")
 
 
-def _when(at: str | None, in_: str | None, now: int) -> int:
-    if at is not None and in_ is not None:
-        raise BadInput("give --at or --in, not both")
-    if at is not None:
-        return parse_when(at, now)
-    if in_ is not None:
-        return now + parse_duration(in_)
-    return now
-
-
 @cli.command()
 @click.argument("task_id", metavar="ID")
 @click.option("--at", "at", metavar="WHEN", help="The new run time.")
-@click.option("--in", "in_", metavar="DURATION", help="The new run time, from now.")
+@click.option("--in", "in_", type=DURATION, metavar="DURATION", help="The new run time, from now.")
 @click.pass_context
-def reschedule(ctx: click.Context, task_id: str, at: str | None, in_: str | None) -> None:
+def reschedule(ctx: click.Context, task_id: str, at: str | None, in_: int | None) -> None:
     """Move a pending task to another run time (a claim racing it wins or loses whole)."""
     from taskq import operations
 
     if at is None and in_ is None:
         raise BadInput("give --at WHEN or --in DURATION")
-    name = operations.reschedule(_spool(ctx), task_id, _when(at, in_, wall_us()))
+    name = operations.reschedule(_spool(ctx), task_id, request.run_at(at, in_, wall_us()))
     click.echo(f"rescheduled {name.id} to {format_iso(name.run_at)}")
 
 
 @cli.command()
 @click.argument("task_id", metavar="ID")
 @click.option("--at", "at", metavar="WHEN", help="Run the new attempt then [default: now].")
-@click.option("--in", "in_", metavar="DURATION", help="Run the new attempt after DURATION.")
+@click.option(
+    "--in", "in_", type=DURATION, metavar="DURATION", help="Run the new attempt after DURATION."
+)
 @click.pass_context
-def retry(ctx: click.Context, task_id: str, at: str | None, in_: str | None) -> None:
+def retry(ctx: click.Context, task_id: str, at: str | None, in_: int | None) -> None:
     """Move a failed task back to pending, with a fresh budget of attempts."""
     from taskq import operations
 
-    name = operations.retry(_spool(ctx), task_id, _when(at, in_, wall_us()))
+    name = operations.retry(_spool(ctx), task_id, request.run_at(at, in_, wall_us()))
     click.echo(f"retrying {name.id} as attempt {name.attempt} at {format_iso(name.run_at)}")
 
 
 @cli.command()
 @click.argument("task_ids", metavar="ID...", nargs=-1, required=True)
-@click.option("--timeout", metavar="DURATION", help="Give up after DURATION (exit 124).")
+@click.option(
+    "--timeout", type=DURATION, metavar="DURATION", help="Give up after DURATION (exit 124)."
+)
 @click.pass_context
-def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: str | None) -> None:
+def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | None) -> None:
     """Wait until the tasks end; print how each ended; exit as the EXIT STATUS table says."""
     from taskq import operations
-    from taskq.errors import EX_CANCELLED, EX_EXPIRED, EX_WAIT_TIMEOUT
 
     spool = _spool(ctx)
-    seconds = None if timeout is None else parse_duration(timeout) / 1e6
+    seconds = None if timeout is None else timeout / SECOND
     results = []
     for found in operations.wait(spool, list(task_ids), seconds):
         how, status = operations.outcome(spool, found)
@@ -620,37 +603,35 @@ def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: str | None) -> 
         shown = f" (exit status {status})" if how == "failed" and status is not None else ""
         click.echo(f"{found.name.id} {how}{shown}")
     if len(results) < len(set(check_id(t) for t in task_ids)):
-        click.echo("taskq: wait timed out", err=True)
-        sys.exit(EX_WAIT_TIMEOUT)
-    if len(results) == 1:
-        how, status = results[0]
-        codes = {"done": 0, "cancelled": EX_CANCELLED, "expired": EX_EXPIRED}
-        sys.exit(codes.get(how, status or 1))
-    sys.exit(0 if all(how == "done" for how, _ in results) else 1)
+        raise WaitTimeout("wait timed out")
+    ctx.exit(errors.wait_status(results))
 
 
 # -- entry point -------------------------------------------------------------
 
 
 def main() -> NoReturn:
-    """Run the CLI; map every error to one line on stderr and an exit status."""
+    """Run the CLI and exit with its status."""
+    sys.exit(_run())
+
+
+def _run() -> int:
+    """Run the CLI; map every error to one line on stderr and return the exit status."""
     try:
-        cli.main(prog_name="taskq", standalone_mode=False)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+        status = cli.main(prog_name="taskq", standalone_mode=False)  # or ctx.exit's status
     except click.Abort:
         click.echo("taskq: aborted", err=True)
-        sys.exit(1)
+        return errors.EX_FAILURE
     except click.ClickException as e:
         click.echo(f"taskq: {e.format_message()}", err=True)
-        if isinstance(e, click.UsageError) and e.ctx is not None:
+        if isinstance(e, click.UsageError) and e.ctx is not None and not isinstance(e, OptionError):
             click.echo(f"Try '{e.ctx.command_path} --help' for help.", err=True)
-        sys.exit(e.exit_code)
+        return e.exit_code
     except TaskqError as e:
         click.echo(f"taskq: {e}", err=True)
-        sys.exit(e.exit_status)
+        return e.exit_status
     except OSError as e:
         err = fsutil.as_taskq_error(e, str(e.filename or "I/O error"))
         click.echo(f"taskq: {err}", err=True)
-        sys.exit(err.exit_status)
-    sys.exit(0)
+        return err.exit_status
+    return status if isinstance(status, int) else errors.EX_OK

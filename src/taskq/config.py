@@ -1,28 +1,113 @@
-"""Where the spool is and what this host is called: defaults from the environment.
+"""The spool's own configuration, SPOOL/config.toml, read once into one object.
 
-The spool is chosen as: --spool DIR, else $TASKQ_SPOOL, else /var/spool/taskq
-for root, else ${XDG_STATE_HOME:-~/.local/state}/taskq.
+The file is optional and taskq never writes it; taskq-spool(5) documents
+it. Its [limits] table holds the limits that submit enforces (limits.check),
+its [security] table whose tasks daemons may run (security.run_as). The
+file is read and parsed once; each table is checked when it is first used,
+so that submit, which uses only the limits, and the daemon, which uses only
+the security table, each fail (ConfigError, exit 78, naming the file) for
+a mistake in their own table only.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+from dataclasses import dataclass
+from typing import Any
 
-SYSTEM_SPOOL = "/var/spool/taskq"
+from taskq.errors import ConfigError
+from taskq.security import Policy
+
+CONFIG = "config.toml"
+_LIMITS = ("max_overdue", "min_free_bytes", "min_free_inodes")
+_SIZE = re.compile(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
+_SCALE = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def default_spool() -> str:
-    """The spool used when neither --spool nor $TASKQ_SPOOL names one."""
-    if os.geteuid() == 0:
-        return SYSTEM_SPOOL
-    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return os.path.join(state, "taskq")
+@dataclass(frozen=True)
+class Limits:
+    """The [limits] table; zero or absent means no limit."""
+
+    max_overdue: int = 0
+    min_free_bytes: int = 0
+    min_free_inodes: int = 0
 
 
-def default_host_id() -> str:
-    """This host's name, made safe for a claim name (letters, digits, . _ -)."""
-    import socket
+class SpoolConfig:
+    """A spool's config.toml as read; its tables, typed and checked, are properties."""
 
-    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip("._-")
-    return name[:64] or "localhost"
+    def __init__(self, path: str, doc: dict[str, Any]) -> None:
+        self.path = path
+        self.doc = doc  # as parsed; {} when there is no file
+
+    @functools.cached_property
+    def limits(self) -> Limits:
+        """The [limits] table: max_overdue, min_free_bytes, min_free_inodes."""
+        table = self.doc.get("limits", {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{self.path}: [limits] must be a table")
+        unknown = set(table) - set(_LIMITS)
+        if unknown:
+            raise ConfigError(f"{self.path}: unknown setting limits.{sorted(unknown)[0]}")
+        return Limits(
+            max_overdue=_count(self.path, table, "max_overdue"),
+            min_free_bytes=_size(self.path, table.get("min_free_bytes", 0)),
+            min_free_inodes=_count(self.path, table, "min_free_inodes"),
+        )
+
+    @functools.cached_property
+    def security(self) -> Policy:
+        """The [security] table: allow = [users] (absent: all), deny = [users]."""
+        table = self.doc.get("security", {})
+        if not isinstance(table, dict) or set(table) - {"allow", "deny"}:
+            raise ConfigError(f"{self.path}: [security] takes only allow and deny")
+        allow = _users(self.path, table, "allow")
+        deny = _users(self.path, table, "deny")
+        return Policy(allow=allow, deny=deny or frozenset())
+
+
+def load(root: str) -> SpoolConfig:
+    """Read the config.toml of the spool at root; no file reads as an empty one."""
+    path = os.path.join(root, CONFIG)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return SpoolConfig(path, {})
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
+    import tomllib  # only for a file: `taskq submit`'s start-up time is its throughput
+
+    try:
+        return SpoolConfig(path, tomllib.loads(data.decode()))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
+
+
+def _count(path: str, table: dict[str, Any], key: str) -> int:
+    value = table.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{path}: limits.{key} must be a whole number >= 0")
+    return value
+
+
+def _size(path: str, value: Any) -> int:
+    """A byte count: 1048576, or a string such as "512M", "10GiB"."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    m = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if not m:
+        raise ConfigError(f'{path}: limits.min_free_bytes must be bytes, e.g. 1073741824 or "1G"')
+    return int(m.group(1)) * _SCALE[(m.group(2) or "")[:1].upper()]
+
+
+def _users(path: str, table: dict[str, Any], key: str) -> frozenset[str] | None:
+    """A list of user names, or None when the key is absent."""
+    value = table.get(key)
+    if value is None:
+        return None
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise ConfigError(f"{path}: security.{key} must be a list of user names")
+    return frozenset(value)

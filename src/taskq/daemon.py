@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable
 
-from taskq import fsutil, journal, limits, runner, transitions
+from taskq import config, fsutil, journal, runner, transitions
 from taskq.attempts import Attempts, Prepared, Running
 from taskq.clock import Clock
 from taskq.commit import GroupCommit
@@ -50,42 +50,42 @@ class Daemon:
     def __init__(
         self,
         spool: Spool,
-        config: Settings,
+        settings: Settings,
         clock: Clock | None = None,
         on_hup: Callable[[], None] = lambda: None,
     ) -> None:
         self.spool = spool
-        self.cfg = config
+        self.cfg = settings
         self.on_hup = on_hup
-        self.clock = clock or Clock(config.clock_margin, config.max_uncertainty)
-        self.owner = Owner(config.host_id, os.getpid())
+        self.clock = clock or Clock(settings.clock_margin, settings.max_uncertainty)
+        self.owner = Owner(settings.host_id, os.getpid())
         mono = self.clock.mono
         self.commit = GroupCommit(mono)
-        self.wake = Wakeups(spool.doorbell, config.doorbell_poll, mono)
+        self.wake = Wakeups(spool.doorbell, settings.doorbell_poll, mono)
         self.health = Health(
             spool.run,
             f"{self.owner.host}_{self.owner.pid}",
             self.owner.host,
             self.owner.pid,
-            _public_settings(config),
+            _public_settings(settings),
         )
-        self.attempts = Attempts(config.kill_grace, self.wake.watch, self.wake.unwatch)
-        backoff = Backoff(config.retry_delay, config.retry_cap)
+        self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
+        backoff = Backoff(settings.retry_delay, settings.retry_cap)
         self.settler = Settler(spool, self.commit, backoff, self._requeued)
         self.dispatcher = Dispatcher(
             spool,
             self.owner,
             self.clock,
-            config.lease,
+            settings.lease,
             self.commit,
             self.settler,
-            limits.load_policy(spool),
+            config.load(spool.root).security,
         )
         self.recovery = Recovery(
-            spool, self.owner, self.clock, config.lease, self.attempts, self.settler
+            spool, self.owner, self.clock, settings.lease, self.attempts, self.settler
         )
         self.housekeeper = Housekeeper(
-            spool, self.clock.now, config.rescan, config.tmp_max_age, config.keep_done
+            spool, self.clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done
         )
         self.prepared: list[Prepared] = []
         self.stopping = False
@@ -107,6 +107,7 @@ class Daemon:
         self.spool.init()
         self.health.lock(self.clock.now())
         self._check_clock(self.clock.now(), "")
+        runner.status_slot()  # reserved before any other thread can open a descriptor
         self.wake.install()
         runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
         self.housekeeper.start()

@@ -8,6 +8,7 @@ start with a clear message instead of running beside the first. Detaching
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import filelock
@@ -53,10 +54,8 @@ class PidFile:
         os.replace(tmp, self.path)
 
     def release(self) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
         if self._lock is not None:
             self._lock.release()
 

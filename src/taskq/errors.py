@@ -2,10 +2,13 @@
 
 The core raises these and never prints or exits. The CLI turns them into a
 one-line message and an exit status in exactly one place. The statuses are a
-public table, documented in taskq(1).
+public table, documented in taskq(1); the statuses that say how tasks ended
+(wait) or what remains wrong (fsck) are decided here too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 EX_OK = 0
 EX_FAILURE = 1  # a generic failure, e.g. the spool is unusable
@@ -62,5 +65,29 @@ class ConfigError(TaskqError):
     exit_status = EX_CONFIG
 
 
+class WaitTimeout(TaskqError):
+    """taskq wait: the --timeout ran out before every task ended."""
+
+    exit_status = EX_WAIT_TIMEOUT
+
+
 class CorruptFile(TaskqError):
     """A spool file that cannot be parsed; the caller quarantines it."""
+
+
+def wait_status(ends: Sequence[tuple[str, int | None]]) -> int:
+    """taskq wait's status, from how each task ended: (state, its last exit status).
+
+    All done: 0. One task that did not: its last exit status if it failed
+    (1 if it has none), 125 if cancelled, 126 if expired. Several: 1.
+    """
+    if len(ends) == 1:
+        how, status = ends[0]
+        codes = {"done": EX_OK, "cancelled": EX_CANCELLED, "expired": EX_EXPIRED}
+        return codes.get(how, status or EX_FAILURE)
+    return EX_OK if all(how == "done" for how, _ in ends) else EX_FAILURE
+
+
+def fsck_status(problems: int, fixed: int) -> int:
+    """taskq fsck's status: 0 when no problem remains, else 1."""
+    return EX_OK if problems == fixed else EX_FAILURE

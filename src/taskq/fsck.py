@@ -12,14 +12,16 @@ rename or unlink that loses quietly if a daemon moved the file first.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import stat
 from dataclasses import dataclass, field
 
 from taskq import fsutil
+from taskq.config import CONFIG
 from taskq.errors import BadInput, CorruptFile, NotFound
-from taskq.limits import CONFIG
 from taskq.spool import DOORBELL, SUBDIRS, Spool, stray
+from taskq.submit import read_key
 from taskq.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket
 from taskq.timespec import HOUR, SECOND
 
@@ -67,6 +69,8 @@ class Checker:
             self.tasks(path, claimed=False)
         self.tasks(self.spool.claimed, claimed=True)
         for day in fsutil.listdir(self.spool.done):
+            if stray(day):
+                continue
             path = os.path.join(self.spool.done, day)
             if not os.path.isdir(path) or os.path.islink(path):
                 self.quarantine(path, "not a day directory in done/")
@@ -110,6 +114,11 @@ class Checker:
     def quarantine(self, path: str, reason: str) -> None:
         if self.fix(f"{self.rel(path)}: {reason}", "quarantined in corrupt/"):
             self.spool.quarantine(path, reason, self.now)
+
+    def remove(self, path: str, text: str) -> None:
+        if self.fix(text, "removed"):
+            with contextlib.suppress(FileNotFoundError):  # someone removed it meanwhile
+                os.unlink(path)
 
     def tasks(self, directory: str, claimed: bool) -> None:
         for entry in fsutil.listdir(directory):
@@ -162,8 +171,8 @@ class Checker:
                 age = self.now / SECOND - os.lstat(path).st_mtime
             except FileNotFoundError:
                 continue
-            if age > HOUR / SECOND and self.fix(f"tmp/{entry}: abandoned submission", "removed"):
-                _unlink(path)
+            if age > HOUR / SECOND:
+                self.remove(path, f"tmp/{entry}: abandoned submission")
 
     def keys(self) -> None:
         for entry in fsutil.listdir(self.spool.keys):
@@ -171,18 +180,15 @@ class Checker:
             if entry.startswith("."):
                 continue  # staging files: stale_tmp's rule applies via the daemon
             try:
-                with open(path) as f:
-                    name = TaskName.parse(f.read().strip())
+                name = read_key(path)
             except (OSError, ValueError):
-                if self.fix(f"keys/{entry}: not a key file", "removed"):
-                    _unlink(path)
+                self.remove(path, f"keys/{entry}: not a key file")
                 continue
             if not self.gone(name.id):
                 continue
             if os.path.exists(os.path.join(self.spool.tmp, f"{name.id}.task")):
                 continue  # a submission in flight: the key comes before its task
-            if self.fix(f"keys/{entry}: names task {name.id}, which is gone", "removed"):
-                _unlink(path)
+            self.remove(path, f"keys/{entry}: names task {name.id}, which is gone")
 
     def gone(self, task_id: str) -> bool:
         """Whether no task has this id, looking again for one that moved meanwhile."""
@@ -200,13 +206,6 @@ class Checker:
                 self.report.found(
                     f"logs/{entry}: no task with this id; left for the operator", False
                 )
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def check(spool: Spool, now: int, dry_run: bool = False) -> Report:

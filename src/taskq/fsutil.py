@@ -7,6 +7,7 @@ except where a spool file is judged corrupt (CorruptFile).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -94,16 +95,10 @@ def write_new(path: str, data: bytes, mode: int = 0o600, sync: bool = True) -> N
             os.fsync(fd)
     except BaseException:
         os.close(fd)
-        _unlink_quietly(path)
+        with contextlib.suppress(OSError):  # the write's error is the one to report
+            os.unlink(path)
         raise
     os.close(fd)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def read_spool_file(path: str, limit: int) -> bytes:

@@ -7,13 +7,14 @@ that names it. failed/ and cancelled/ are left for the operator.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
 
 from taskq import fsutil
 from taskq.spool import Spool
-from taskq.submit import key_path
+from taskq.submit import bound_key
 from taskq.task import TaskName
 from taskq.timespec import DAY, parse_compact
 
@@ -52,13 +53,15 @@ def collect(spool: Spool, now: int, older_than: int, dry_run: bool = False) -> R
         if dry_run:
             continue
         for key in keys:
-            _unlink(key)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(key)
         if keys:
             fsutil.fsync_dir(spool.keys)
         for path, entry in tasks:
             if _is_task(entry):
                 shutil.rmtree(spool.log_dir(TaskName.parse(entry).id), ignore_errors=True)
-                _unlink(path)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
         try:
             os.rmdir(directory)
         except OSError:
@@ -77,26 +80,6 @@ def _is_task(entry: str) -> bool:
 def _key_of(spool: Spool, path: str, entry: str) -> str | None:
     """The key file that binds a key to this task, if any."""
     try:
-        name = TaskName.parse(entry)
+        return bound_key(spool, path, TaskName.parse(entry).id)
     except ValueError:
         return None
-    try:
-        body = spool.read_body(path)
-    except Exception:
-        return None
-    if body.key is None:
-        return None
-    candidate = key_path(spool, body.key)
-    try:
-        with open(candidate) as f:
-            bound = TaskName.parse(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    return candidate if bound.id == name.id else None
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

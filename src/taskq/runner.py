@@ -12,6 +12,7 @@ an attempt twice merely because the daemon crashed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import os
@@ -139,14 +140,45 @@ def _spawn_as(
     user: RunAs, body: TaskBody, env: dict[str, str], in_fd: int, out_fd: int, status_fd: int
 ) -> Spawned:
     """Start another user's attempt: new session, its groups, gid and uid, all in C."""
-    argv = [SH, "-c", SUPERVISOR, "taskq-attempt", str(status_fd), body.cwd, *body.argv]
-    child = subprocess.Popen(
+    slot = status_slot()
+    os.dup2(status_fd, slot, inheritable=False)  # sh names descriptors 0-9 only
+    argv = [SH, "-c", SUPERVISOR, "taskq-attempt", str(slot), body.cwd, *body.argv]
+    try:
+        child = _popen_as(user, argv, env, in_fd, out_fd, slot)
+    finally:
+        os.dup2(_devnull(), slot, inheritable=False)  # the slot lets go of the status lock
+    # The daemon reaps its children itself (waitpid(-1)); mark this one as
+    # settled so that subprocess never reaps it behind the daemon's back.
+    child.returncode = 0
+    return Spawned(child.pid, proc_start_time(child.pid))
+
+
+@functools.cache
+def status_slot() -> int:
+    """A descriptor number below 10 reserved (on /dev/null) for handing over status files.
+
+    Only the loop's thread spawns, and the slot is never free, so no other
+    thread's open() can land on it between the dup2 and the spawn.
+    """
+    for fd in range(9, 3, -1):
+        try:
+            fcntl.fcntl(fd, fcntl.F_GETFD)
+        except OSError:
+            os.dup2(_devnull(), fd, inheritable=False)
+            return fd
+    raise OSError(errno.EMFILE, "no descriptor below 10 is free for an attempt's status")
+
+
+def _popen_as(
+    user: RunAs, argv: list[str], env: dict[str, str], in_fd: int, out_fd: int, slot: int
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         argv,
         executable=SH,
         stdin=in_fd,
         stdout=out_fd,
         stderr=out_fd,
-        pass_fds=(status_fd,),
+        pass_fds=(slot,),
         close_fds=True,
         start_new_session=True,
         env=env,
@@ -155,10 +187,6 @@ def _spawn_as(
         extra_groups=list(user.groups),
         restore_signals=True,
     )
-    # The daemon reaps its children itself (waitpid(-1)); mark this one as
-    # settled so that subprocess never reaps it behind the daemon's back.
-    child.returncode = 0
-    return Spawned(child.pid, proc_start_time(child.pid))
 
 
 def _stdin_fd(data: bytes | None) -> int:

@@ -31,7 +31,6 @@ class RunAs:
     groups: tuple[int, ...]
     name: str
     home: str
-    shell: str
 
     @property
     def switch(self) -> bool:
@@ -53,9 +52,9 @@ def run_as(owner: int, policy: Policy) -> RunAs:
             and (policy.allow is None or str(me) in policy.allow)
         ):  # our own task, under a bare uid (a container): no switch needed
             home = os.environ.get("HOME", "/")
-            return RunAs(me, os.getegid(), tuple(os.getgroups()), str(me), home, "/bin/sh")
+            return RunAs(me, os.getegid(), tuple(os.getgroups()), str(me), home)
         raise ValueError(f"owned by uid {owner}, which has no passwd entry") from None
     if pw.pw_name in policy.deny or (policy.allow is not None and pw.pw_name not in policy.allow):
         raise ValueError(f"owned by {pw.pw_name}, who may not run tasks here (config.toml)")
     groups = tuple(os.getgrouplist(pw.pw_name, pw.pw_gid)) if me == 0 else tuple(os.getgroups())
-    return RunAs(owner, pw.pw_gid, groups, pw.pw_name, pw.pw_dir, "/bin/sh")
+    return RunAs(owner, pw.pw_gid, groups, pw.pw_name, pw.pw_dir)

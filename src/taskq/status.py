@@ -10,6 +10,7 @@ claimed/ are the truth about ownership.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -61,10 +62,8 @@ def record_alive(run_dir: str, record: dict[str, Any], local_host: str, now: int
 def forget(run_dir: str, owner: str) -> None:
     """Remove a dead daemon's files from run/."""
     for suffix in FILES:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(run_dir, owner + suffix))
-        except FileNotFoundError:
-            pass
 
 
 def write(run_dir: str, owner: str, record: dict[str, Any]) -> None:
@@ -81,10 +80,9 @@ def write(run_dir: str, owner: str, record: dict[str, Any]) -> None:
 
 
 def remove(run_dir: str, owner: str) -> None:
-    try:
+    """Remove a daemon's record, if it is there."""
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(run_dir, owner + SUFFIX))
-    except FileNotFoundError:
-        pass
 
 
 def read_all(run_dir: str) -> list[dict[str, Any]]:

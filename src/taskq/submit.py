@@ -9,6 +9,7 @@ published, so the key never names a task that cannot appear.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 
@@ -46,7 +47,8 @@ def submit(spool: Spool, body: TaskBody) -> tuple[TaskName, bool]:
         crash_point("submit.synced")
     except OSError as e:
         if _withdraw(spool, tmp, name) and bound is not None:
-            _discard(bound)
+            with contextlib.suppress(OSError):
+                os.unlink(bound)
         raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
     spool.ring()
     return name, True
@@ -62,7 +64,8 @@ def _withdraw(spool: Spool, tmp: str, name: TaskName) -> bool:
             return False  # never written, or a daemon has claimed it: it stands
     except OSError:
         pass
-    _discard(tmp)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
     return True
 
 
@@ -147,7 +150,8 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
     except OSError as e:
         for i in todo:
             if _withdraw(spool, tmps[i], names[i]) and i in bound:
-                _discard(bound[i])
+                with contextlib.suppress(OSError):
+                    os.unlink(bound[i])
         raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
     spool.ring()
     return [r for r in results if r is not None]
@@ -156,6 +160,27 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
 def key_path(spool: Spool, key: str) -> str:
     """The key file of an idempotency key: a hash, so any key is a safe name."""
     return os.path.join(spool.keys, hashlib.sha256(key.encode()).hexdigest()[:40])
+
+
+def read_key(path: str) -> TaskName:
+    """The task a key file names; OSError if it cannot be read, ValueError if it names none."""
+    with open(path) as f:
+        return TaskName.parse(f.read().strip())
+
+
+def bound_key(spool: Spool, task_file: str, task_id: str) -> str | None:
+    """The key file that binds the key of this task's body to this task, if any."""
+    try:
+        body = spool.read_body(task_file)
+    except Exception:
+        return None
+    if body.key is None:
+        return None
+    path = key_path(spool, body.key)
+    try:
+        return path if read_key(path).id == task_id else None
+    except (OSError, ValueError):
+        return None
 
 
 def _bind_key(spool: Spool, key: str, name: TaskName, sync: bool = True) -> TaskName | None:
@@ -180,21 +205,13 @@ def _bind_key(spool: Spool, key: str, name: TaskName, sync: bool = True) -> Task
 
 def _adopt_key(spool: Spool, path: str) -> TaskName:
     """Return the task a key names, finishing its submission if that was cut short."""
-    with open(path) as f:
-        first = TaskName.parse(f.read().strip())
+    first = read_key(path)
     tmp = os.path.join(spool.tmp, f"{first.id}.task")
     if os.path.exists(tmp):
         # The first submitter bound the key and then stopped (or is about to
         # publish): publishing its durable body is exactly what it would do.
         publish(spool, tmp, first)
     return first
-
-
-def _discard(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def clean_tmp(spool: Spool, now: int, max_age: int) -> None:
@@ -221,16 +238,7 @@ def clean_tmp(spool: Spool, now: int, max_age: int) -> None:
 
 def _forget_key(spool: Spool, tmp: str, task_id: str) -> None:
     """Remove the key file that names an abandoned submission, if any."""
-    try:
-        body = spool.read_body(tmp)
-    except Exception:
-        return
-    if body.key is None:
-        return
-    path = key_path(spool, body.key)
-    try:
-        with open(path) as f:
-            if TaskName.parse(f.read().strip()).id == task_id:
-                os.unlink(path)
-    except (OSError, ValueError):
-        pass
+    path = bound_key(spool, tmp, task_id)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

@@ -24,7 +24,6 @@ DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_STDIN = 1 << 20  # bytes of --stdin payload a task may carry
 MAX_BODY = 4 << 20  # a larger file in the spool is corrupt by definition
-PHASES = ("claimed", "started", "cancelling")
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")

@@ -1,0 +1,106 @@
+"""Click parameter types for taskq's option values: durations and NAME=VALUE pairs.
+
+Each converts the text of one option and, when it is bad, fails with a
+one-line message that names the option (exit status 2); the rules
+themselves are request.py's, task.py's and timespec.py's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+from taskq import request
+from taskq.errors import BadInput
+from taskq.task import check_queue
+from taskq.timespec import parse_duration
+
+
+class OptionError(click.BadParameter):
+    """A bad option value; its message names the option, and is the whole report."""
+
+    def format_message(self) -> str:
+        return self.message
+
+
+if TYPE_CHECKING:  # click 8.4 made ParamType generic; older ones cannot subscript it
+    _ParamType = click.ParamType[Any]
+else:
+    _ParamType = click.ParamType
+
+
+class _Type(_ParamType):
+    """A parameter type whose failures are OptionErrors."""
+
+    def fail(
+        self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None
+    ) -> NoReturn:
+        raise OptionError(message, ctx, param)
+
+
+def _option(param: click.Parameter | None) -> str:
+    """The name to show for a parameter: its longest, e.g. --timeout."""
+    return max(param.opts, key=len) if param is not None and param.opts else "value"
+
+
+class Duration(_Type):
+    """DURATION (90, 90s, 250ms, 5m, 2h, 1d, 1h30m) as microseconds."""
+
+    name = "duration"
+
+    def __init__(self, positive: bool = False) -> None:
+        self.positive = positive  # refuse zero
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value  # converted already
+        try:
+            us = parse_duration(str(value))
+        except BadInput as e:
+            self.fail(f"{_option(param)}: {e}", param, ctx)
+        try:
+            return request.positive(_option(param), us) if self.positive else us
+        except BadInput as e:
+            self.fail(str(e), param, ctx)
+
+
+class EnvVar(_Type):
+    """NAME=VALUE, a variable for the command, as a (name, value) pair."""
+
+    name = "NAME=VALUE"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, str]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = str(value).partition("=")
+        if not sep or not request.env_name(name):
+            self.fail(f"bad {_option(param)} {value!r}: expected NAME=VALUE", param, ctx)
+        return name, text
+
+
+class QueueLimit(_Type):
+    """NAME=N, at most N attempts of queue NAME at once, as a (name, N) pair."""
+
+    name = "NAME=N"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = str(value).partition("=")
+        if not sep or not (text.isascii() and text.isdigit()) or int(text) < 1:
+            self.fail(f"bad {_option(param)} {value!r}: expected NAME=N with N >= 1", param, ctx)
+        try:
+            return check_queue(name), int(text)
+        except BadInput as e:
+            self.fail(f"{_option(param)}: {e}", param, ctx)
+
+
+DURATION = Duration()
+POSITIVE_DURATION = Duration(positive=True)
+ENV_VAR = EnvVar()
+QUEUE_LIMIT = QueueLimit()
