@@ -153,11 +153,15 @@ def test_paused_daemon_loses_its_lease_and_kills_its_child(
 def test_kill_9_of_one_daemon_others_finish_its_tasks(
     tq: Taskq, tmp_path: Path, start_host: StartDaemon, stamps: Path
 ) -> None:
+    gate = tmp_path / "gate"  # opened after the kill: the attempts outlive their daemon
     victim = start_host("victim", "--workers", "4", "--lease", "2s")
-    ids = [tq.submit("--", *stamp_cmd(stamps, "; sleep 0.5")) for _ in range(4)]
-    wait_for(lambda: len(read_stamps(stamps)) == 4, 10, "the victim to start 4 tasks")
-    survivor = start_host("survivor", "--lease", "2s")
+    wait = f"; while [ ! -e {gate} ]; do sleep 0.05; done"
+    ids = [tq.submit("--", *stamp_cmd(stamps, wait)) for _ in range(4)]
+    wait_for(lambda: len(read_stamps(stamps)) == 4, 30, "the victim to start 4 tasks")
+    assert all(tq.state(t) == "running" for t in ids), "precondition: all 4 still running"
     victim.kill()
+    gate.touch()
+    survivor = start_host("survivor", "--lease", "2s")
     ids += [tq.submit("--", *stamp_cmd(stamps)) for _ in range(4)]
     for task_id in ids:
         tq.wait_state(task_id, ("done",), timeout=20)

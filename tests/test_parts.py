@@ -183,9 +183,12 @@ def test_recovery_takes_over_only_expired_leases_by_the_reference_clock(
 def test_attempts_time_out_with_term_then_kill(tmp_path: Path) -> None:
     t = Hands()
     attempts = Attempts(2 * SECOND, lambda fd, key: None, lambda fd: None)
-    child = os.posix_spawn(
-        "/bin/sh", ["sh", "-c", "trap '' TERM; sleep 60"], os.environ, setsid=True
-    )
+    ready = tmp_path / "ready"
+    script = f"trap '' TERM; touch {ready}; exec sleep 60"  # deaf to TERM: only KILL ends it
+    child = os.posix_spawn("/bin/sh", ["sh", "-c", script], os.environ, setsid=True)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     body = TaskBody(new_id(T0), ["x"], T0, T0, timeout=1 * SECOND)
     claim = ClaimName(TaskName(T0, body.id, 1), "started", T0, 1, "h")
     run = Running(claim, body, child, t.mono)

@@ -96,6 +96,7 @@ class Daemon:
         self.rescan_wanted = True
         self.bell_rang = False
         self.next = {"rescan": 0, "renew": 0, "clock": 0, "poll": NEVER}
+        self.last_mono = self.clock.mono()
 
     def _requeued(self, name: TaskName) -> None:
         self.dispatcher.index.push(name)
@@ -173,6 +174,13 @@ class Daemon:
     def _guard_clock(self) -> int:
         """Read now; measure the clock again if it is time, or if the wall clock stepped."""
         now, mono = self.clock.now(), self.clock.mono()
+        if mono < self.last_mono:
+            # It must not, but VMs and time-faking libraries have been seen to
+            # do it; then every interval would silently stretch.
+            back = format_duration(self.last_mono - mono)
+            log.warning("the monotonic clock went back %s; re-arming timers", back)
+            self.next = dict.fromkeys(self.next, 0)
+        self.last_mono = mono
         if self.clock.stepped():
             step = format_duration(abs(self.clock.drift()))
             way = "forward" if self.clock.drift() > 0 else "back"
