@@ -84,7 +84,9 @@ class Daemon:
             15,
             "the daemon to start",
         )
-        assert self.proc.poll() is None, log.read_text()
+        if self.proc.poll() is not None:
+            self._logf.close()
+            raise AssertionError(f"the daemon exited at once: {log.read_text()}")
 
     def text(self) -> str:
         return self.log.read_text()

@@ -251,7 +251,7 @@ def test_a_submit_on_another_host_is_found_without_the_safety_rescan(
 ) -> None:
     """Other hosts' submits ring a doorbell inotify cannot see: the daemons poll it."""
     stamps = tmp_path / "stamps"
-    running = [daemons(i, "--rescan", "10min") for i in range(2)]
+    running = [daemons(i, "--rescan", "10m") for i in range(2)]
     run_at = {}
     for _ in range(5):
         due = time.time() + 1
@@ -260,5 +260,5 @@ def test_a_submit_on_another_host_is_found_without_the_safety_rescan(
         wait_for(lambda t=task_id: t in {s[0] for s in read_stamps(stamps)}, 60, "it to run")
     never_early(stamps, run_at)
     late = [s - run_at[t] for t, _, s in read_stamps(stamps)]
-    assert max(late) < 30, f"found only by a rescan? lateness {late}"  # the rescan is 10 min
+    assert max(late) < 30, f"found only by a rescan? lateness {late}"  # the rescan is 10 minutes
     assert_clean(bed, running)
