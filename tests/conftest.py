@@ -55,7 +55,8 @@ class Taskq:
         return self.run("submit", *args, input=input).stdout.decode().strip()
 
     def show(self, task_id: str) -> dict[str, Any]:
-        return json.loads(self.run("show", "--json", task_id).stdout)
+        doc: dict[str, Any] = json.loads(self.run("show", "--json", task_id).stdout)
+        return doc
 
     def state(self, task_id: str) -> str:
         return str(self.show(task_id)["state"])

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TASKQ, Taskq
@@ -17,7 +18,7 @@ def pending(spool: Path) -> list[Path]:
     return sorted(spool.glob("pending/*/*"))
 
 
-def ndjson(*docs: dict) -> bytes:
+def ndjson(*docs: dict[str, Any]) -> bytes:
     return b"".join(json.dumps(d).encode() + b"\n" for d in docs)
 
 

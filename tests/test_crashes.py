@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TASKQ, Daemon, Taskq, read_stamps, wait_for
@@ -36,7 +37,7 @@ def test_every_crash_point_is_placed_and_listed() -> None:
     assert placed == set(POINTS)
 
 
-def events(doc: dict, name: str) -> list[dict]:
+def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [r for r in doc["attempts"] if r["event"] == name]
 
 

@@ -9,6 +9,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
@@ -21,7 +22,7 @@ def epoch(offset: float) -> str:
     return f"@{time.time() + offset:.6f}"
 
 
-def events(doc: dict, name: str) -> list[dict]:
+def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [r for r in doc["attempts"] if r["event"] == name]
 
 

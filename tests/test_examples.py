@@ -18,6 +18,7 @@ import pytest
 from conftest import Daemon, Taskq
 
 StartDaemon = Callable[..., Daemon]
+RunExample = Callable[..., subprocess.CompletedProcess[bytes]]
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -61,7 +62,7 @@ def test_every_example_is_tested() -> None:
 
 
 def test_maintenance_window(
-    tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Path
+    tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
 ) -> None:
     (tmp_path / "maintenance.sh").write_text('#!/bin/sh\necho "maintenance for $1"\n')
     (tmp_path / "maintenance.sh").chmod(0o755)
@@ -97,7 +98,9 @@ def test_once_skips_a_repeat_after_success(
     assert "already succeeded (attempt 1); skipping" in tq.run("logs", task_id).stdout.decode()
 
 
-def test_remind(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Path) -> None:
+def test_remind(
+    tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
+) -> None:
     start_daemon()
     reminders = tmp_path / "reminders"
     task_id = run_example("remind.sh", "0.3s", "tea", "is", "ready").stdout.decode().strip()
@@ -108,7 +111,9 @@ def test_remind(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Pat
     assert reminders.read_text().endswith("): now then\n")
 
 
-def test_fanout_and_wait(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Path) -> None:
+def test_fanout_and_wait(
+    tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
+) -> None:
     start_daemon("--workers", "3")
     files = []
     for i in range(6):
@@ -121,7 +126,9 @@ def test_fanout_and_wait(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_
         assert gzip.decompress(Path(f"{f}.gz").read_bytes()) == f.read_bytes()
 
 
-def test_backup_at_night(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Path) -> None:
+def test_backup_at_night(
+    tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
+) -> None:
     src, dest = tmp_path / "src", tmp_path / "dest"
     src.mkdir()
     dest.mkdir()
@@ -137,7 +144,9 @@ def test_backup_at_night(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_
         assert tar.extractfile("./file").read() == b"precious\n"  # type: ignore[union-attr]
 
 
-def test_delete_later(tq: Taskq, start_daemon: StartDaemon, run_example, tmp_path: Path) -> None:
+def test_delete_later(
+    tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
+) -> None:
     start_daemon()
     victim = tmp_path / "shared.pdf"
     victim.write_text("x")
@@ -170,7 +179,9 @@ def webhook() -> Iterator[str]:
     server.server_close()
 
 
-def test_retry_webhook(tq: Taskq, start_daemon: StartDaemon, run_example, webhook: str) -> None:
+def test_retry_webhook(
+    tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, webhook: str
+) -> None:
     if subprocess.run(["sh", "-c", "command -v curl"], capture_output=True).returncode:
         pytest.skip("curl is missing")
     start_daemon("--retry-delay", "0.1s")

@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
@@ -27,13 +28,13 @@ from taskq.timespec import SECOND, parse_when
 StartDaemon = Callable[..., Daemon]
 # The library itself, not the faketime(1) wrapper: the wrapper forks, so a
 # signal sent to it would not reach the daemon.
-LIBFAKETIME = (glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1") or [None])[0]
+LIBFAKETIME: str | None = next(iter(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")), None)
 needs_faketime = pytest.mark.skipif(
     LIBFAKETIME is None, reason="libfaketime (Debian package faketime) is missing"
 )
 
 
-def events(doc: dict, name: str) -> list[dict]:
+def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [r for r in doc["attempts"] if r["event"] == name]
 
 
@@ -74,11 +75,11 @@ def test_four_daemons_skewed_clocks_never_early_exactly_once(
     base = time.time_ns() // 1000 + 3 * SECOND
     ids = []
     for i in range(n):
-        run_at = base + i * 20 * SECOND // n
+        due = base + i * 20 * SECOND // n
         body = TaskBody(
             new_id(time.time_ns() // 1000),
             real_stamp(stamps),
-            run_at,
+            due,
             time.time_ns() // 1000,
             cwd=str(tmp_path),
             env={"PATH": DEFAULT_PATH},
@@ -94,7 +95,7 @@ def test_four_daemons_skewed_clocks_never_early_exactly_once(
     assert early == [], f"started before run_at by the real clock: {early[:5]}"
     assert "exceeds --max-uncertainty" in daemons["ahead"].text()
     assert "exceeds --max-uncertainty" in daemons["behind"].text()
-    hosts = collections.Counter()
+    hosts: collections.Counter[str] = collections.Counter()
     for task_id in ids[:: max(1, n // 200)]:
         for r in events(tq.show(task_id), "start"):
             hosts[r["host"]] += 1

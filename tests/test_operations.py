@@ -8,13 +8,14 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
 StartDaemon = Callable[..., Daemon]
 
 
-def events(doc: dict, name: str) -> list[dict]:
+def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [r for r in doc["attempts"] if r["event"] == name]
 
 

@@ -11,6 +11,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
@@ -20,7 +21,7 @@ from taskq.task import ClaimName, TaskName
 StartDaemon = Callable[..., Daemon]
 
 
-def events(doc: dict, name: str) -> list[dict]:
+def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [r for r in doc["attempts"] if r["event"] == name]
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TASKQ, Daemon, Taskq, read_stamps, wait_for
@@ -64,7 +65,7 @@ def daemons(bed: Bed) -> Iterator[Callable[..., Daemon]]:
 
     def start(i: int, *args: str) -> Daemon:
         host = f"host{i}-{len(started)}"
-        d = Daemon(bed.hosts[i % 2], bed.logs / f"{host}.log", "--host-id", host, *args)
+        d = Daemon(bed.hosts[i % 3], bed.logs / f"{host}.log", "--host-id", host, *args)
         started.append(d)
         return d
 
@@ -176,7 +177,7 @@ def test_sigstop_past_the_lease_is_taken_over_and_recorded(
     assert a.stop() == 0
 
 
-def _done(tq: Taskq, task_id: str, starts: int = 2) -> dict | None:
+def _done(tq: Taskq, task_id: str, starts: int = 2) -> dict[str, Any] | None:
     """The task once done and its journal shows `starts` starts.
 
     Another GlusterFS client's appends to the journal may take a second to
@@ -257,7 +258,11 @@ def test_a_submit_on_another_host_is_found_without_the_safety_rescan(
         due = time.time() + 1
         [task_id] = submit_batch(bed.client, stamping(stamps), [due])
         run_at[task_id] = due
-        wait_for(lambda t=task_id: t in {s[0] for s in read_stamps(stamps)}, 60, "it to run")
+
+        def ran(t: str = task_id) -> bool:
+            return t in {s[0] for s in read_stamps(stamps)}
+
+        wait_for(ran, 60, "it to run")
     never_early(stamps, run_at)
     late = [s - run_at[t] for t, _, s in read_stamps(stamps)]
     assert max(late) < 30, f"found only by a rescan? lateness {late}"  # the rescan is 10 minutes

@@ -136,7 +136,11 @@ def crash_points(tmp_path: Path, rng: random.Random) -> dict[str, tuple[int, int
                 proc.wait()
             final = daemon(tq, "a")
             try:
-                wait_for(lambda tq=tq, ids=ids: all(tq.state(i) == "done" for i in ids), 60, point)
+
+                def all_done(tq: Taskq = tq, ids: list[str] = ids) -> bool:
+                    return all(tq.state(i) == "done" for i in ids)
+
+                wait_for(all_done, 60, point)
             finally:
                 final.terminate()
                 final.wait(30)

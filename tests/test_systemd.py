@@ -13,7 +13,7 @@ import pytest
 from conftest import Daemon, Taskq
 
 StartDaemon = Callable[..., Daemon]
-LIBFAKETIME = (glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1") or [None])[0]
+LIBFAKETIME: str | None = next(iter(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")), None)
 
 
 class Listener:

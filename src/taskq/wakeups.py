@@ -113,6 +113,9 @@ def _drain(fd: int) -> None:
         pass
 
 
+_NOT_A_RING = frozenset({"opened", "closed", "closed_no_write"})
+
+
 def _watch(bell: str, wake_fd: int) -> Any:
     """Write to wake_fd when the doorbell is touched on this host (inotify, via watchdog)."""
     from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -120,6 +123,9 @@ def _watch(bell: str, wake_fd: int) -> Any:
 
     class Bell(FileSystemEventHandler):
         def on_any_event(self, event: FileSystemEvent) -> None:
+            # Opening and closing it (our own polling does) is not a ring.
+            if event.event_type in _NOT_A_RING:
+                return
             if os.fsdecode(event.src_path) == bell:
                 try:
                     os.write(wake_fd, b"!")
