@@ -26,15 +26,9 @@ def append(log_dir: str, event: str, now: int, **fields: Any) -> bool:
     record = {"event": event, "time": format_iso(now), **fields}
     line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
     try:
+        fd = _open(log_dir)
         try:
-            fd = os.open(_path(log_dir), _FLAGS, 0o600)
-        except FileNotFoundError:
-            from taskq.fsutil import ensure_dir
-
-            ensure_dir(log_dir)
-            fd = os.open(_path(log_dir), _FLAGS, 0o600)
-        try:
-            os.write(fd, line)
+            os.write(fd, _after_torn(fd) + line)
         finally:
             os.close(fd)
     except OSError as e:
@@ -43,7 +37,33 @@ def append(log_dir: str, event: str, now: int, **fields: Any) -> bool:
     return True
 
 
-_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+def _open(log_dir: str) -> int:
+    try:
+        return os.open(_path(log_dir), _FLAGS, 0o600)
+    except FileNotFoundError:
+        from taskq.fsutil import ensure_dir
+
+        ensure_dir(log_dir)
+        return os.open(_path(log_dir), _FLAGS, 0o600)
+    except PermissionError:  # may append but not read: no torn-record check
+        return os.open(_path(log_dir), _FLAGS & ~os.O_RDWR | os.O_WRONLY)
+
+
+def _after_torn(fd: int) -> bytes:
+    """A newline if the journal ends in a torn record (a crash mid-append), else nothing.
+
+    Without it the next record would be glued to the torn one, and both lost.
+    """
+    size = os.fstat(fd).st_size
+    try:
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            return b"\n"
+    except OSError:  # opened write-only
+        pass
+    return b""
+
+
+_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def read(log_dir: str) -> list[dict[str, Any]]:

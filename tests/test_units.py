@@ -1,0 +1,93 @@
+"""Unit tests of the due index, the journal and the runner, on real files."""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from pathlib import Path
+
+from taskq import journal, runner
+from taskq.dueindex import DueIndex
+from taskq.spool import Spool
+from taskq.task import TaskBody, TaskName, bucket_of, new_id
+from taskq.timespec import MINUTE, SECOND
+
+NOW = 1_800_000_000 * SECOND
+
+
+def put(spool: Spool, run_at: int, queue: str = "default") -> TaskName:
+    name = TaskName(run_at, new_id(NOW), 1, queue)
+    os.makedirs(spool.bucket_dir(name.bucket), exist_ok=True)
+    Path(spool.bucket_dir(name.bucket), str(name)).write_text("{}")
+    return name
+
+
+def test_due_index_reads_up_to_now_and_the_next_bucket_only(tmp_path: Path) -> None:
+    spool = Spool(str(tmp_path / "spool"))
+    spool.init()
+    past = [put(spool, NOW - MINUTE - i) for i in range(3)]
+    soon = put(spool, NOW + 5 * MINUTE)
+    put(spool, NOW + 60 * MINUTE)  # beyond the first future bucket: not read
+    os.makedirs(spool.bucket_dir(bucket_of(NOW - 10 * MINUTE)))  # an empty past bucket
+    index = DueIndex(spool)
+    assert index.rescan(NOW) == []
+    assert len(index) == 4 and index.more_beyond
+    assert not os.path.exists(spool.bucket_dir(bucket_of(NOW - 10 * MINUTE)))  # removed
+    order = [index.pop_due(lambda t: True, lambda q: True) for _ in range(4)]
+    assert [e[0] for e in order if e] == [*sorted(past), soon]
+
+
+def test_due_index_round_robin_across_queues(tmp_path: Path) -> None:
+    spool = Spool(str(tmp_path / "spool"))
+    spool.init()
+    for i in range(3):
+        put(spool, NOW - 10 + i, "a")
+    put(spool, NOW - 1, "b")
+    index = DueIndex(spool)
+    index.rescan(NOW)
+    queues = []
+    while (e := index.pop_due(lambda t: True, lambda q: True)) is not None:
+        queues.append(e[0].queue)
+    assert queues == ["a", "b", "a", "a"]
+
+
+def test_journal_tolerates_a_torn_line_and_reads_budgets(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    log_dir = str(tmp_path / "logs" / "X")
+    assert journal.append(log_dir, "start", NOW, attempt=1, run_at="2027-01-15T08:00:00Z")
+    journal.append(log_dir, "retried", NOW + 1, attempt=3)
+    with open(os.path.join(log_dir, "journal"), "ab") as f:
+        f.write(b'{"event": "end", "att')  # a crash mid-append
+    records = journal.read(log_dir)
+    assert [r["event"] for r in records] == ["start", "retried"]
+    assert journal.budget_start(records, 2) == 1  # the retry names an attempt not yet made
+    assert journal.budget_start(records, 3) == 3
+    journal.revoke(log_dir, "retried", NOW + 1)
+    assert journal.budget_start(journal.read(log_dir), 3) == 1
+
+
+def test_runner_records_status_and_output_past_the_daemon(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    log_dir = str(tmp_path / "logs" / "T")
+    body = TaskBody(new_id(NOW), ["sh", "-c", "echo out; echo err >&2; exit 3"], NOW, NOW)
+    name = TaskName(NOW, body.id, 1)
+    child = runner.spawn(body, name, log_dir, {"PATH": "/usr/bin:/bin"})
+    assert runner.supervisor_alive(log_dir, 1) or runner.read_status(log_dir, 1) == 3
+    _, status = os.waitpid(child.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 3
+    assert runner.read_supervisor(log_dir, 1) == (True, 3)
+    assert not runner.supervisor_alive(log_dir, 1)
+    assert Path(runner.out_path(log_dir, 1)).read_text() == "out\nerr\n"
+
+
+def test_runner_watches_a_live_process_by_pidfd(tmp_path: Path) -> None:
+    pid = os.posix_spawn("/bin/sleep", ["sleep", "0.2"], {})
+    fd = runner.watch_exit(pid, runner.proc_start_time(pid))
+    assert fd is not None
+    assert runner.watch_exit(pid, 12345) is None  # another process by that pid: nothing
+    os.waitpid(pid, 0)
+    deadline = time.monotonic() + 30
+    while not select.select([fd], [], [], 0.05)[0]:
+        assert time.monotonic() < deadline
+    os.close(fd)
