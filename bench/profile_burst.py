@@ -1,0 +1,78 @@
+"""Profile the daemon's burst path with py-spy: where does one attempt's time go?
+
+Submits N `true` tasks due at one instant, runs `taskq daemon --workers 16`
+under py-spy (sampling the running daemon by pid) until all are done, and
+prints the share of samples per function (inclusive), the daemon's loop
+functions first. Needs py-spy (the bench extra).
+
+    python bench/profile_burst.py [-n 3000] [--raw FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=3000)
+    parser.add_argument("--raw", help="also keep py-spy's collapsed stacks in this file")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="taskq-profile-") as tmp:
+        raw = Path(args.raw or Path(tmp) / "stacks.txt")
+        env = {**os.environ, "TASKQ_SPOOL": f"{tmp}/spool"}
+        daemon = subprocess.Popen(
+            [BIN / "taskq", "daemon", "--workers", "16"], env=env, stderr=subprocess.DEVNULL
+        )
+        due = time.time() + 3
+        line = json.dumps({"command": ["true"], "run_at": f"@{due:.6f}"}) + "\n"
+        subprocess.run(
+            [BIN / "taskq", "submit", "--batch", "-"],
+            input=(line * args.n).encode(),
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        spy_argv = [BIN / "py-spy", "record", "-r", "250", "--nonblocking", "-f", "raw"]
+        spy = subprocess.Popen(
+            [*spy_argv, "-o", raw, "--pid", str(daemon.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        done = Path(tmp) / "spool" / "done"
+        while sum(len(os.listdir(d)) for d in done.glob("*")) < args.n:
+            time.sleep(0.2)
+        print(f"{args.n} tasks done {time.time() - due:.2f} s after their run_at")
+        spy.send_signal(2)
+        spy.wait(60)
+        daemon.terminate()
+        daemon.wait(60)
+        summarise(raw)
+
+
+def summarise(raw: Path) -> None:
+    total: collections.Counter[str] = collections.Counter()
+    n = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        n += int(count)
+        for frame in set(stack.split(";")):
+            if "taskq/" in frame:
+                total[frame] += int(count)
+    print(f"{n} samples; share of samples that were in each taskq function (inclusive):")
+    for frame, count in total.most_common(30):
+        print(f"  {count / n * 100:5.1f}%  {frame}")
+
+
+if __name__ == "__main__":
+    main()
