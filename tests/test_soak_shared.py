@@ -125,7 +125,11 @@ def tally(root: Path, stamps: Path, kinds: dict[str, str]) -> dict[str, object]:
     first = {t: w for t, a, w in rows if a == 1}
     for task_id, kind in kinds.items():
         records = journal.read(spool.log_dir(task_id))
-        lost = sum(1 for r in records if r["event"] == "end" and r.get("lost"))
+        lost = sum(
+            1
+            for r in records
+            if (r["event"] == "end" and r.get("lost")) or r["event"] == "lease-lost"
+        )
         lost_total += lost
         extra = runs[task_id] - (2 if kind == "flaky" else 1)
         duplicates += max(0, extra)

@@ -30,6 +30,7 @@ class Prepared:
     claim: ClaimName
     body: TaskBody
     user: RunAs
+    mono: int = 0  # when its start rename was made (monotonic µs)
 
 
 @dataclass

@@ -38,7 +38,6 @@ from taskq.wakeups import Wakeups
 
 log = logging.getLogger("taskq")
 
-Config = Settings  # the name the CLI and older tests know
 SPIN = 2 * MS  # a prepared task due sooner than this is waited for in place
 FULL_PAUSE = 5 * SECOND  # no dispatching this long after the spool was full
 NEVER = 1 << 62
@@ -250,11 +249,32 @@ class Daemon:
                 self.prepared.append(ready)
                 continue
             self._wait_until_due(run_at)
-            if not os.path.exists(transitions.claim_path(self.spool, ready.claim)):
-                # Cancelled (or taken) in the moment since we prepared it.
-                self.settler.vanished_before_start(ready.claim, self.clock.now())
-                continue
-            self._spawn(ready)
+            confirmed = self._still_ours(ready)
+            if confirmed is not None:
+                self._spawn(confirmed)
+
+    def _still_ours(self, ready: Prepared) -> Prepared | None:
+        """Check, at the instant of the start, that the claim is still ours.
+
+        Soon after the start rename a look suffices (a takeover needs the lease
+        to run out). Later (a daemon paused, a long wait) the claim is renewed
+        by rename, which fails if it was taken or cancelled meanwhile; a look
+        could be fooled by a shared filesystem's cached names.
+        """
+        now = self.clock.now()
+        if self.clock.mono() - ready.mono < self.cfg.lease // 3:
+            if os.path.exists(transitions.claim_path(self.spool, ready.claim)):
+                return ready
+        else:
+            expiry = self.clock.reference(now) + self.cfg.lease
+            try:
+                claim = transitions.renew(self.spool, ready.claim, expiry, self.commit.touched)
+                return Prepared(claim, ready.body, ready.user, self.clock.mono())
+            except FileNotFoundError:
+                pass
+        # Cancelled (or taken) in the moment since we prepared it.
+        self.settler.vanished_before_start(ready.claim, now)
+        return None
 
     def _wait_until_due(self, run_at: int) -> None:
         """Sleep to the exact instant a prepared task may start, never before it.

@@ -118,7 +118,7 @@ class Dispatcher:
         except FileNotFoundError:
             return None  # cancelled between claim and start: it must not run
         crash_point("daemon.started")
-        return Prepared(held, body, user)
+        return Prepared(held, body, user, self.clock.mono())
 
     def _read(self, path: str, now: int) -> tuple[TaskBody, security.RunAs] | None:
         try:

@@ -55,12 +55,24 @@ class Settler:
         asked = held.with_(phase="cancelling")
         return asked if os.path.exists(transitions.claim_path(self.spool, asked)) else None
 
-    def _lost_race(self, held: ClaimName, now: int, when: str) -> None:
-        """Our claim's rename found it gone: settle a cancel, or leave it to its new owner."""
+    def _lost_race(self, held: ClaimName, now: int, when: str, ran: bool = True) -> None:
+        """Our claim's rename found it gone: settle a cancel, or leave it to its new owner.
+
+        If the attempt ran, another daemon took the claim over while it was in
+        flight (we were paused past the lease): it may run again there, so the
+        journal records this attempt as one whose lease was lost.
+        """
         asked = self.cancelling(held)
         if asked is not None:
             self.note(asked, "cancelled", now, reason=when)
             self.finish(asked, "cancelled", now)
+        elif ran:
+            self.note(held, "lease-lost", now, reason="taken over before its end was settled")
+            log.warning(
+                "lost the lease of %s before settling attempt %d; its new owner settles it",
+                held.task.id,
+                held.task.attempt,
+            )
 
     def ended(self, run: Running, code: int | None, now: int, duration: float | None) -> None:
         """Record an attempt's end and move its task on (unless its lease was lost)."""
@@ -135,7 +147,7 @@ class Settler:
 
     def vanished_before_start(self, held: ClaimName, now: int) -> None:
         """A prepared claim was gone at the instant of its start: cancelled, or taken."""
-        self._lost_race(held, now, "before it started")
+        self._lost_race(held, now, "before it started", ran=False)
 
 
 def _outcome(fields: dict[str, Any]) -> str:
