@@ -7,6 +7,8 @@ import select
 import time
 from pathlib import Path
 
+import pytest
+
 from taskq import journal, runner
 from taskq.dueindex import DueIndex
 from taskq.spool import Spool
@@ -91,3 +93,21 @@ def test_runner_watches_a_live_process_by_pidfd(tmp_path: Path) -> None:
     while not select.select([fd], [], [], 0.05)[0]:
         assert time.monotonic() < deadline
     os.close(fd)
+
+
+def test_runner_refuses_an_attempt_another_supervisor_holds(tmp_path: Path) -> None:
+    """A daemon paused past its lease must not start (or truncate) the new owner's attempt."""
+    (tmp_path / "logs").mkdir()
+    log_dir = str(tmp_path / "logs" / "T")
+    gate = tmp_path / "gate"
+    body = TaskBody(new_id(NOW), ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.01; done"], 0, 0)
+    name = TaskName(NOW, body.id, 1)
+    first = runner.spawn(body, name, log_dir, {"PATH": "/usr/bin:/bin"})
+    try:
+        with pytest.raises(runner.AttemptBusy):
+            runner.spawn(body, name, log_dir, {"PATH": "/usr/bin:/bin"})
+        assert runner.supervisor_alive(log_dir, 1)
+    finally:
+        gate.touch()
+        os.waitpid(first.pid, 0)
+    assert runner.read_supervisor(log_dir, 1) == (True, 0)

@@ -299,6 +299,9 @@ class Daemon:
         try:
             child = runner.spawn(body, held.task, log_dir, env, ready.user)
             crash_point("daemon.spawned")
+        except runner.AttemptBusy:
+            self.settler.vanished_before_start(held, now)  # taken over while we were paused
+            return
         except OSError as e:
             self._spawn_failed(ready, e, now)
             return

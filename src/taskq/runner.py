@@ -101,11 +101,10 @@ def spawn(
     """
     fsutil.ensure_dir(log_dir)
     flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    status_fd = os.open(status_path(log_dir, name.attempt), flags | os.O_RDWR | os.O_TRUNC, 0o600)
+    status_fd = _lock_status(status_path(log_dir, name.attempt))
     out_fd = os.open(out_path(log_dir, name.attempt), flags | os.O_WRONLY | os.O_APPEND, 0o600)
     in_fd = _stdin_fd(body.stdin)
     try:
-        fcntl.flock(status_fd, fcntl.LOCK_EX)
         if user is not None and user.switch:
             # The owner may read its attempt's output and status. Through the
             # open descriptors: a name could be swapped for a link meanwhile.
@@ -131,6 +130,27 @@ def spawn(
         for fd in (status_fd, out_fd, in_fd):
             os.close(fd)
     return Spawned(pid, proc_start_time(pid))
+
+
+class AttemptBusy(OSError):
+    """Another supervisor holds this attempt's status lock: our claim is stale."""
+
+
+def _lock_status(path: str) -> int:
+    """Open, lock and empty an attempt's status file, never blocking.
+
+    A held lock means this attempt runs already under another daemon, which
+    took our claim over while we were paused: we must not start it, nor
+    truncate its status.
+    """
+    fd = os.open(path, os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AttemptBusy(errno.EBUSY, "another daemon runs this attempt", path) from None
+    os.ftruncate(fd, 0)
+    return fd
 
 
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
