@@ -18,9 +18,10 @@ import os
 import time
 from collections.abc import Callable
 
-from taskq import config, fsutil, journal, runner, transitions
-from taskq.attempts import Attempts, Prepared, Running
+from taskq import config, runner
+from taskq.attempts import Attempts, Prepared
 from taskq.clock import Clock
+from taskq.clockguard import ClockGuard
 from taskq.commit import GroupCommit
 from taskq.dispatch import Dispatcher, QueueCaps
 from taskq.faults import crash_point
@@ -31,15 +32,14 @@ from taskq.recovery import Recovery
 from taskq.settings import Settings
 from taskq.settle import Settler
 from taskq.spool import Spool
+from taskq.starter import SPIN, Starter
 from taskq.task import TaskName
-from taskq.timespec import MS, SECOND, format_duration, format_iso
+from taskq.timespec import SECOND, format_duration
 from taskq.transitions import Owner
 from taskq.wakeups import Wakeups
 
 log = logging.getLogger("taskq")
 
-SPIN = 2 * MS  # a prepared task due sooner than this is waited for in place
-FULL_PAUSE = 5 * SECOND  # no dispatching this long after the spool was full
 NEVER = 1 << 62
 
 
@@ -58,44 +58,37 @@ class Daemon:
         self.on_hup = on_hup
         self.clock = clock or Clock(settings.clock_margin, settings.max_uncertainty)
         self.owner = Owner(settings.host_id, os.getpid())
-        mono = self.clock.mono
-        self.commit = GroupCommit(mono)
-        self.wake = Wakeups(spool.doorbell, settings.doorbell_poll, mono)
-        self.health = Health(
-            spool.run,
-            f"{self.owner.host}_{self.owner.pid}",
-            self.owner.host,
-            self.owner.pid,
-            _public_settings(settings),
-        )
-        self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
-        backoff = Backoff(settings.retry_delay, settings.retry_cap)
-        self.settler = Settler(spool, self.commit, backoff, self._requeued)
-        self.dispatcher = Dispatcher(
-            spool,
-            self.owner,
-            self.clock,
-            settings.lease,
-            self.commit,
-            self.settler,
-            config.load(spool.root).security,
-        )
-        self.recovery = Recovery(
-            spool, self.owner, self.clock, settings.lease, self.attempts, self.settler
-        )
-        self.housekeeper = Housekeeper(
-            spool, self.clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done
-        )
+        self._build_parts(spool, settings)
         self.prepared: list[Prepared] = []
         self.stopping = False
         self.stop_deadline = NEVER
-        self.clock_ok = True
-        self.clock_problem: str | None = None
-        self.paused_until = 0
         self.rescan_wanted = True
         self.bell_rang = False
-        self.next = {"rescan": 0, "renew": 0, "clock": 0, "poll": NEVER}
-        self.last_mono = self.clock.mono()
+        self.next = {"rescan": 0, "renew": 0, "poll": NEVER}
+
+    def _build_parts(self, spool: Spool, settings: Settings) -> None:
+        """Make the parts and wire them together (see the module docstring)."""
+        self.commit = GroupCommit(self.clock.mono)
+        self.wake = Wakeups(spool.doorbell, settings.doorbell_poll, self.clock.mono)
+        self.health = Health(spool.run, self.owner.host, self.owner.pid, _public(settings))
+        self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
+        backoff = Backoff(settings.retry_delay, settings.retry_cap)
+        self.settler = Settler(spool, self.commit, backoff, self._requeued)
+        who = (spool, self.owner, self.clock, settings.lease)  # what most parts share
+        policy = config.load(spool.root).security
+        self.dispatcher = Dispatcher(*who, self.commit, self.settler, policy)
+        self.recovery = Recovery(*who, self.attempts, self.settler)
+        self.housekeeper = Housekeeper(
+            spool, self.clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done
+        )
+        self.guard = ClockGuard(
+            self.clock,
+            self.health.probe,
+            settings.clock_check,
+            settings.max_uncertainty,
+            self._measured,
+        )
+        self.starter = Starter(*who, self.commit, self.settler, self.attempts, self.guard.check)
 
     def _requeued(self, name: TaskName) -> None:
         self.dispatcher.index.push(name)
@@ -106,7 +99,7 @@ class Daemon:
         """Run until SIGTERM/SIGINT and the shutdown grace; return an exit status."""
         self.spool.init()
         self.health.lock(self.clock.now())
-        self._check_clock(self.clock.now(), "")
+        self.guard.check()
         runner.status_slot()  # reserved before any other thread can open a descriptor
         self.wake.install()
         runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
@@ -166,26 +159,14 @@ class Daemon:
         self.commit.commit()
         if self.prepared:
             crash_point("daemon.committed")
-            self._start_prepared()
+            self.prepared = self.starter.start_due(self.prepared)
         self.health.tell_systemd(self._snapshot(), self.clock.mono(), self.cfg.workers)
         self._sleep()
 
     def _guard_clock(self) -> int:
-        """Read now; measure the clock again if it is time, or if the wall clock stepped."""
-        now, mono = self.clock.now(), self.clock.mono()
-        if mono < self.last_mono:
-            # It must not, but VMs and time-faking libraries have been seen to
-            # do it; then every interval would silently stretch.
-            back = format_duration(self.last_mono - mono)
-            log.warning("the monotonic clock went back %s; re-arming timers", back)
-            self.next = dict.fromkeys(self.next, 0)
-        self.last_mono = mono
-        if self.clock.stepped():
-            step = format_duration(abs(self.clock.drift()))
-            way = "forward" if self.clock.drift() > 0 else "back"
-            self._check_clock(now, f"the wall clock stepped {way} by {step}; ")
-        elif mono >= self.next["clock"]:
-            self._check_clock(now, "")
+        """Read now, after measuring the clock again if it is time or the wall clock stepped."""
+        if self.guard.guard():
+            self.next = dict.fromkeys(self.next, 0)  # the monotonic clock went back: re-arm
         return self.clock.now()
 
     def _settle_finished(self, now: int) -> None:
@@ -210,7 +191,7 @@ class Daemon:
         self.next["renew"] = mono + self.cfg.lease // 3
         self.recovery.renew(now, mono)
         mine = self.attempts.ids() | {p.claim.task.id for p in self.prepared}
-        self.recovery.scan(now, mono, self.clock_ok, mine)
+        self.recovery.scan(now, mono, self.guard.ok, mine)
 
     def _find_due_work(self, now: int) -> None:
         """Rescan when asked (doorbell, safety net, index drained), then claim due tasks."""
@@ -221,7 +202,7 @@ class Daemon:
             self.rescan_wanted = self.bell_rang = False
             self.next["rescan"] = mono + self.cfg.rescan
             self.dispatcher.rescan(now)
-        if not self.clock_ok or mono < self.paused_until or self.clock.stepped():
+        if not self.guard.ok or mono < self.starter.paused_until or self.clock.stepped():
             return
         free = self.cfg.workers - len(self.attempts) - len(self.prepared)
         if free > 0:
@@ -233,152 +214,18 @@ class Daemon:
         busy += [p.body.queue for p in self.prepared]
         return QueueCaps(self.cfg.queue_limits, self.cfg.workers, busy)
 
-    # -- starting attempts --------------------------------------------------
-
-    def _start_prepared(self) -> None:
-        """Spawn the prepared tasks that are due; keep the rest for a later turn.
-
-        A task due within SPIN of now is waited for here, to the exact
-        instant; one due later goes back to the loop, which sleeps until it
-        while still reaping children and hearing signals and the doorbell.
-        """
-        waiting, self.prepared = self.prepared, []
-        for ready in waiting:
-            run_at = ready.claim.task.run_at
-            if self.clock.earliest_start(run_at) - self.clock.now() > SPIN:
-                self.prepared.append(ready)
-                continue
-            self._wait_until_due(run_at)
-            confirmed = self._still_ours(ready)
-            if confirmed is not None:
-                self._spawn(confirmed)
-
-    def _still_ours(self, ready: Prepared) -> Prepared | None:
-        """Check, at the instant of the start, that the claim is still ours.
-
-        Soon after the start rename a look suffices (a takeover needs the lease
-        to run out). Later (a daemon paused, a long wait) the claim is renewed
-        by rename, which fails if it was taken or cancelled meanwhile; a look
-        could be fooled by a shared filesystem's cached names.
-        """
-        now = self.clock.now()
-        if self.clock.mono() - ready.mono < self.cfg.lease // 3:
-            if os.path.exists(transitions.claim_path(self.spool, ready.claim)):
-                return ready
-        else:
-            expiry = self.clock.reference(now) + self.cfg.lease
-            try:
-                claim = transitions.renew(self.spool, ready.claim, expiry, self.commit.touched)
-                return Prepared(claim, ready.body, ready.user, self.clock.mono())
-            except FileNotFoundError:
-                pass
-        # Cancelled (or taken) in the moment since we prepared it.
-        self.settler.vanished_before_start(ready.claim, now)
-        return None
-
-    def _wait_until_due(self, run_at: int) -> None:
-        """Sleep to the exact instant a prepared task may start, never before it.
-
-        A wall-clock step while we wait counts at once (Clock.earliest_start
-        follows it); we measure against the spool again before starting.
-        """
-        while True:
-            if self.clock.stepped():
-                self._check_clock(self.clock.now(), "the wall clock stepped; ")
-            now = self.clock.now()
-            if self.clock.may_start(run_at, now):
-                return
-            time.sleep((self.clock.earliest_start(run_at) - now) / SECOND)
-
-    def _spawn(self, ready: Prepared) -> None:
-        held, body = ready.claim, ready.body
-        log_dir = self.spool.log_dir(body.id)
-        scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
-        env = runner.task_env(body, held.task, self.spool.root, scheduled, ready.user)
-        now = self.clock.now()
-        try:
-            child = runner.spawn(body, held.task, log_dir, env, ready.user)
-            crash_point("daemon.spawned")
-        except runner.AttemptBusy:
-            self.settler.vanished_before_start(held, now)  # taken over while we were paused
-            return
-        except OSError as e:
-            self._spawn_failed(ready, e, now)
-            return
-        lateness = now - held.task.run_at
-        journal.append(
-            log_dir,
-            "start",
-            now,
-            attempt=held.task.attempt,
-            host=self.owner.host,
-            pid=child.pid,
-            proc_start=child.proc_start,
-            daemon_pid=self.owner.pid,
-            run_at=format_iso(held.task.run_at),
-            lateness=lateness / SECOND,
-        )
-        self.attempts.add_child(Running(held, body, child.pid, self.clock.mono()))
-        log.info(
-            "started %s attempt %d pid %d lateness %s",
-            body.id,
-            held.task.attempt,
-            child.pid,
-            format_duration(lateness),
-        )
-
-    def _spawn_failed(self, ready: Prepared, e: OSError, now: int) -> None:
-        """No room to start (disk full, read-only): put it back and pause; else a failure."""
-        if e.errno in fsutil.TEMPORARY_ERRNOS:
-            # Not a failed attempt: the task returns to pending unchanged, and
-            # dispatching pauses a while; it runs once the spool can be written.
-            self.settler.release(ready.claim, now, f"cannot start: {e.strerror}")
-            self.paused_until = self.clock.mono() + FULL_PAUSE
-            pause = format_duration(FULL_PAUSE)
-            log.error(
-                "cannot start %s: %s; pausing dispatch for %s", ready.body.id, e.strerror, pause
-            )
-            return
-        log.error("cannot start %s: %s", ready.body.id, e)
-        self.settler.note(ready.claim, "spawn-failed", now, error=str(e))
-        self.settler.after_attempt(ready.claim, ready.body, 127, now)
-
     # -- the clock and health -----------------------------------------------
 
-    def _check_clock(self, now: int, why: str) -> None:
-        """Measure our offset from the spool's clock; stop or resume dispatching."""
-        try:
-            offset = self.clock.measure(self.health.probe)
-            trusted, problem = self.clock.trusted(), None
-        except OSError as e:
-            # A full or read-only disk: keep the last measurement if there is
-            # one; without any, do not trust the clock, and try again soon.
-            offset, trusted = self.clock.offset, self.clock.measured and self.clock.trusted()
-            problem = f"cannot measure the clock against the spool ({e.strerror})"
-        if not trusted and problem is None:
-            side = "ahead of" if offset > 0 else "behind"
-            problem = (
-                f"clock uncertainty {format_duration(self.clock.uncertainty())} exceeds "
-                f"--max-uncertainty {format_duration(self.cfg.max_uncertainty)} (our clock is "
-                f"{format_duration(abs(offset))} {side} the spool filesystem's)"
-            )
-        if why:
-            log.warning("%smeasured the clock again: offset %s", why, format_duration(offset))
-        if trusted and not self.clock_ok:
-            eps = format_duration(self.clock.uncertainty())
-            log.warning("clock uncertainty %s is within bounds again: dispatching", eps)
+    def _measured(self, regained: bool) -> None:
+        """After each clock measurement: a rescan if trust came back; the health record."""
+        if regained:
             self.rescan_wanted = True
-        elif not trusted and problem != self.clock_problem:
-            log.error("%s: not dispatching until that changes", problem)
-        self.clock_ok, self.clock_problem = trusted, (None if trusted else problem)
-        every = self.cfg.clock_check if trusted else min(self.cfg.clock_check, SECOND)
-        self.next["clock"] = self.clock.mono() + every
-        self.health.write(self._snapshot(), now)
+        self.health.write(self._snapshot(), self.clock.now())
 
     def _snapshot(self) -> Snapshot:
         return Snapshot(
-            dispatching=self.clock_ok and not self.stopping,
-            reason="stopping" if self.stopping else self.clock_problem,
+            dispatching=self.guard.ok and not self.stopping,
+            reason="stopping" if self.stopping else self.guard.problem,
             stopping=self.stopping,
             uncertainty=self.clock.uncertainty(),
             offset=self.clock.offset,
@@ -399,12 +246,8 @@ class Daemon:
     def _deadlines(self) -> list[int]:
         """Monotonic instants the loop must wake at: renewals, checks, due work, kills."""
         mono = self.clock.mono()
-        out = [
-            self.next["renew"],
-            self.next["clock"],
-            self.next["poll"],
-            *self.attempts.deadlines(),
-        ]
+        out = [self.next["renew"], self.guard.next_check, self.next["poll"]]
+        out += self.attempts.deadlines()
         watchdog = self.health.next_deadline()
         if watchdog is not None:
             out.append(watchdog)
@@ -422,18 +265,18 @@ class Daemon:
         out = [self.next["rescan"]]
         if not index and index.more_beyond:
             out.append(mono)  # the index ran dry: load the next bucket now
-        if mono < self.paused_until:
-            out.append(self.paused_until)
+        if mono < self.starter.paused_until:
+            out.append(self.starter.paused_until)
             return out
         nxt = index.next_run_at(self._caps().open)
         free = self.cfg.workers - len(self.attempts) - len(self.prepared)
-        if nxt is not None and free > 0 and self.clock_ok:
+        if nxt is not None and free > 0 and self.guard.ok:
             prepare_at = self.clock.earliest_start(nxt) - self.commit.lead()
             out.append(mono + prepare_at - self.clock.now())
         return out
 
 
-def _public_settings(cfg: Settings) -> dict[str, object]:
+def _public(cfg: Settings) -> dict[str, object]:
     """The settings a health record shows, in seconds."""
     return {
         "max_uncertainty": cfg.max_uncertainty / SECOND,

@@ -39,9 +39,9 @@ class Snapshot:
 class Health:
     """The owner lock, the status record and systemd notifications of one daemon."""
 
-    def __init__(self, run_dir: str, owner: str, host: str, pid: int, settings: dict[str, Any]):
+    def __init__(self, run_dir: str, host: str, pid: int, settings: dict[str, Any]) -> None:
         self.run_dir = run_dir
-        self.owner = owner
+        self.owner = f"{host}_{pid}"  # as claims name it: HOST_PID
         self.host = host
         self.pid = pid
         self.settings = settings  # workers, lease, clock_check, max_uncertainty (seconds)
