@@ -12,6 +12,7 @@ import pytest
 from taskq import journal, security, transitions
 from taskq.attempts import Attempts, Running
 from taskq.clock import Clock
+from taskq.clockguard import ClockGuard
 from taskq.commit import PREPARE_LEAD, GroupCommit
 from taskq.dispatch import Dispatcher, QueueCaps
 from taskq.policy import Backoff
@@ -228,3 +229,26 @@ def test_wakeups_poll_sees_another_hosts_ring(tmp_path: Path) -> None:
     assert wake.wait(0) == (False, [])  # not yet time to poll
     t.tick(250 * MS)
     assert wake.wait(0) == (True, [])
+
+
+def test_clock_guard_measures_again_after_a_step_and_rearms_after_mono_goes_back(
+    tmp_path: Path,
+) -> None:
+    t = Hands()
+    t.wall = Clock().now()  # the probe's stamps are real: keep our wall clock near them
+    clock = Clock(1 * MS, 2 * SECOND, wall=lambda: t.wall, mono=lambda: t.mono)
+    seen: list[bool] = []
+    guard = ClockGuard(clock, str(tmp_path / "probe"), 10 * SECOND, 2 * SECOND, seen.append)
+    guard.check()
+    assert guard.ok and seen == [False]
+    t.tick(1 * SECOND)
+    assert guard.guard() is False and seen == [False]  # not due, no step: nothing measured
+    t.wall += 6 * SECOND  # a step: measured at once, and 6 s is too uncertain
+    guard.guard()
+    assert len(seen) == 2 and not guard.ok and "exceeds --max-uncertainty" in str(guard.problem)
+    t.wall -= 6 * SECOND  # put right again: the next check (every second now) trusts it
+    t.mono += 1 * SECOND
+    guard.guard()
+    assert guard.ok and seen[-1] is True  # trust came back
+    t.mono -= 30 * SECOND
+    assert guard.guard() is True  # the monotonic clock went back: the loop re-arms

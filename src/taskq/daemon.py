@@ -112,7 +112,7 @@ class Daemon:
             format_duration(self.cfg.lease),
         )
         try:
-            while not self._finished():
+            while not self._should_exit():
                 self._guarded_iteration()
         finally:
             self.housekeeper.stop()
@@ -123,7 +123,7 @@ class Daemon:
         log.info("taskq daemon stopped; %d attempt(s) left running for the next daemon", left)
         return 0
 
-    def _finished(self) -> bool:
+    def _should_exit(self) -> bool:
         if self.wake.stop_requested and not self.stopping:
             self.stopping = True
             self.stop_deadline = self.clock.mono() + self.cfg.shutdown_grace
