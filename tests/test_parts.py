@@ -14,6 +14,7 @@ from taskq.attempts import Attempts, Running
 from taskq.clock import Clock
 from taskq.clockguard import ClockGuard
 from taskq.commit import PREPARE_LEAD, GroupCommit
+from taskq.crew import Crew
 from taskq.dispatch import Dispatcher, QueueCaps
 from taskq.policy import Backoff
 from taskq.recovery import Recovery
@@ -53,14 +54,10 @@ class Parts:
         self.commit = GroupCommit(self.clock.mono)
         self.requeued: list[TaskName] = []
         self.settler = Settler(self.spool, self.commit, Backoff(), self.requeued.append)
-        policy = security.Policy()
-        self.dispatcher = Dispatcher(
-            self.spool, self.owner, self.clock, 10 * SECOND, self.commit, self.settler, policy
-        )
+        crew = Crew(self.spool, self.owner, self.clock, 10 * SECOND, self.commit, self.settler)
+        self.dispatcher = Dispatcher(crew, security.Policy())
         self.attempts = Attempts(2 * SECOND, lambda fd, key: None, lambda fd: None)
-        self.recovery = Recovery(
-            self.spool, self.owner, self.clock, 10 * SECOND, self.attempts, self.settler
-        )
+        self.recovery = Recovery(crew, self.attempts)
 
     def add(self, run_at: int, queue: str = "default", argv: tuple[str, ...] = ("true",)) -> str:
         body = TaskBody(new_id(T0), list(argv), run_at, T0, queue=queue, env={"PATH": DEFAULT_PATH})

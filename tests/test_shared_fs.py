@@ -188,26 +188,29 @@ def _done(tq: Taskq, task_id: str, starts: int = 2) -> dict[str, Any] | None:
     return doc if doc["state"] == "done" and len(seen) >= starts else None
 
 
-def _race(bed: Bed, command: list[str], ids: list[str]) -> list[int]:
-    """Run one operator command per id through the client mount, 8 at a time."""
+def _race(
+    bed: Bed, daemons: Callable[..., Daemon], stamps: Path, command: list[str]
+) -> tuple[list[str], float, list[Daemon]]:
+    """120 tasks due in 4 s, two daemons, and at that instant one operator command per
+    task through the client mount, 8 at a time: the commands race the claims."""
+    due = time.time() + 4
+    ids = submit_batch(bed.client, stamping(stamps), [due] * 120)
+    running = [daemons(i, "--workers", "4", "--lease", "10s") for i in range(2)]
     env = {**os.environ, "TASKQ_SPOOL": str(bed.client.spool)}
 
     def one(task_id: str) -> int:
         argv = [*TASKQ, *command, task_id]
         return subprocess.run(argv, env=env, capture_output=True, timeout=120).returncode
 
+    time.sleep(max(0.0, due - time.time()))  # the race is at the instant the claims happen
     with ThreadPoolExecutor(8) as pool:
-        return list(pool.map(one, ids))
+        list(pool.map(one, ids))
+    return ids, due, running
 
 
 def test_cancel_racing_claims(bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path) -> None:
     stamps = tmp_path / "stamps"
-    n = 120
-    due = time.time() + 4
-    ids = submit_batch(bed.client, stamping(stamps), [due] * n)
-    running = [daemons(i, "--workers", "4", "--lease", "10s") for i in range(2)]
-    time.sleep(max(0.0, due - time.time()))  # race the claims at the instant they happen
-    _race(bed, ["cancel"], ids)
+    ids, due, running = _race(bed, daemons, stamps, ["cancel"])
     wait_for(
         lambda: set(ended(bed.client, ids).values()) <= {"done", "cancelled"}, 120, "all to end"
     )
@@ -221,12 +224,7 @@ def test_cancel_racing_claims(bed: Bed, daemons: Callable[..., Daemon], tmp_path
 
 def test_reschedule_racing_claims(bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path) -> None:
     stamps = tmp_path / "stamps"
-    n = 120
-    due = time.time() + 4
-    ids = submit_batch(bed.client, stamping(stamps), [due] * n)
-    running = [daemons(i, "--workers", "4", "--lease", "10s") for i in range(2)]
-    time.sleep(max(0.0, due - time.time()))
-    _race(bed, ["reschedule", "--in", "3s"], ids)
+    ids, due, running = _race(bed, daemons, stamps, ["reschedule", "--in", "3s"])
     wait_for(lambda: set(ended(bed.client, ids).values()) == {"done"}, 120, "all to be done")
     runs = collections.Counter(t for t, _, _ in read_stamps(stamps))
     assert set(runs) == set(ids) and set(runs.values()) == {1}

@@ -23,6 +23,7 @@ from taskq.attempts import Attempts, Prepared
 from taskq.clock import Clock
 from taskq.clockguard import ClockGuard
 from taskq.commit import GroupCommit
+from taskq.crew import Crew
 from taskq.dispatch import Dispatcher, QueueCaps
 from taskq.faults import crash_point
 from taskq.health import Health, Snapshot
@@ -74,10 +75,9 @@ class Daemon:
         self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
         backoff = Backoff(settings.retry_delay, settings.retry_cap)
         self.settler = Settler(spool, self.commit, backoff, self._requeued)
-        who = (spool, self.owner, self.clock, settings.lease)  # what most parts share
-        policy = config.load(spool.root).security
-        self.dispatcher = Dispatcher(*who, self.commit, self.settler, policy)
-        self.recovery = Recovery(*who, self.attempts, self.settler)
+        crew = Crew(spool, self.owner, self.clock, settings.lease, self.commit, self.settler)
+        self.dispatcher = Dispatcher(crew, config.load(spool.root).security)
+        self.recovery = Recovery(crew, self.attempts)
         self.housekeeper = Housekeeper(
             spool, self.clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done
         )
@@ -88,7 +88,7 @@ class Daemon:
             settings.max_uncertainty,
             self._measured,
         )
-        self.starter = Starter(*who, self.commit, self.settler, self.attempts, self.guard.check)
+        self.starter = Starter(crew, self.attempts, self.guard.check)
 
     def _requeued(self, name: TaskName) -> None:
         self.dispatcher.index.push(name)

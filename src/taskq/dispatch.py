@@ -16,17 +16,13 @@ from collections.abc import Iterable
 
 from taskq import journal, security, transitions
 from taskq.attempts import Prepared
-from taskq.clock import Clock
-from taskq.commit import GroupCommit
+from taskq.crew import Crew, Part
 from taskq.dueindex import DueIndex
 from taskq.errors import CorruptFile
 from taskq.faults import crash_point
 from taskq.policy import expired
-from taskq.settle import Settler
-from taskq.spool import Spool
 from taskq.task import ClaimName, TaskBody
 from taskq.timespec import format_iso
-from taskq.transitions import Owner
 
 
 class QueueCaps:
@@ -41,27 +37,13 @@ class QueueCaps:
         return not self.limits or self.busy[queue] < self.limits.get(queue, self.default)
 
 
-class Dispatcher:
+class Dispatcher(Part):
     """The due index and the claim-and-prepare step of the loop."""
 
-    def __init__(
-        self,
-        spool: Spool,
-        owner: Owner,
-        clock: Clock,
-        lease: int,
-        commit: GroupCommit,
-        settler: Settler,
-        run_policy: security.Policy,
-    ) -> None:
-        self.spool = spool
-        self.owner = owner
-        self.clock = clock
-        self.lease = lease
-        self.commit = commit
-        self.settler = settler
+    def __init__(self, crew: Crew, run_policy: security.Policy) -> None:
+        super().__init__(crew)
         self.run_policy = run_policy
-        self.index = DueIndex(spool)
+        self.index = DueIndex(self.spool)
 
     def rescan(self, now: int) -> None:
         """Rebuild the due index from the spool; quarantine what cannot be a task."""
@@ -71,7 +53,7 @@ class Dispatcher:
     def claim_due(self, now: int, free: int, caps: QueueCaps) -> list[Prepared]:
         """Claim up to `free` tasks due by now + the commit lead, and prepare each."""
         horizon = now + self.commit.lead()
-        expiry = self.clock.reference(now) + self.lease
+        expiry = self.expiry(now)
         prepared: list[Prepared] = []
 
         def due(run_at: int) -> bool:

@@ -20,41 +20,27 @@ from typing import Any
 
 from taskq import fsutil, journal, runner, status, transitions
 from taskq.attempts import Attempts, Running
-from taskq.clock import Clock
+from taskq.crew import Crew, Part
 from taskq.errors import CorruptFile
 from taskq.faults import crash_point
-from taskq.settle import Settler
-from taskq.spool import Spool, stray
+from taskq.spool import stray
 from taskq.task import ClaimName, TaskBody
 from taskq.timespec import parse_when
-from taskq.transitions import Owner
 
 log = logging.getLogger("taskq")
 
 
-class Recovery:
+class Recovery(Part):
     """Lease renewal and the takeover of claims whose owner is gone."""
 
-    def __init__(
-        self,
-        spool: Spool,
-        owner: Owner,
-        clock: Clock,
-        lease: int,
-        attempts: Attempts,
-        settler: Settler,
-    ) -> None:
-        self.spool = spool
-        self.owner = owner
-        self.clock = clock
-        self.lease = lease
+    def __init__(self, crew: Crew, attempts: Attempts) -> None:
+        super().__init__(crew)
         self.attempts = attempts
-        self.settler = settler
-        self.touched = settler.commit.touched
+        self.touched = self.commit.touched
 
     def renew(self, now: int, mono: int) -> None:
         """Extend the lease of every attempt we still own."""
-        expiry = self.clock.reference(now) + self.lease
+        expiry = self.expiry(now)
         for run in self.attempts.all():
             if run.lost:
                 continue
@@ -125,7 +111,7 @@ class Recovery:
         return False
 
     def _take(self, old: ClaimName, now: int, mono: int, why: str) -> None:
-        expiry = self.clock.reference(now) + self.lease
+        expiry = self.expiry(now)
         try:
             held = transitions.take_over(self.spool, old, self.owner, expiry, self.touched)
         except FileNotFoundError:

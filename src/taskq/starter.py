@@ -18,13 +18,9 @@ from collections.abc import Callable
 
 from taskq import fsutil, journal, runner, transitions
 from taskq.attempts import Attempts, Prepared, Running
-from taskq.clock import Clock
-from taskq.commit import GroupCommit
+from taskq.crew import Crew, Part
 from taskq.faults import crash_point
-from taskq.settle import Settler
-from taskq.spool import Spool
 from taskq.timespec import MS, SECOND, format_duration, format_iso
-from taskq.transitions import Owner
 
 log = logging.getLogger("taskq")
 
@@ -32,26 +28,11 @@ SPIN = 2 * MS  # a prepared task due sooner than this is waited for in place
 FULL_PAUSE = 5 * SECOND  # no dispatching this long after the spool was full
 
 
-class Starter:
+class Starter(Part):
     """Turns prepared claims into running attempts, at their instant."""
 
-    def __init__(
-        self,
-        spool: Spool,
-        owner: Owner,
-        clock: Clock,
-        lease: int,
-        commit: GroupCommit,
-        settler: Settler,
-        attempts: Attempts,
-        remeasure: Callable[[str], None],
-    ) -> None:
-        self.spool = spool
-        self.owner = owner
-        self.clock = clock
-        self.lease = lease
-        self.commit = commit
-        self.settler = settler
+    def __init__(self, crew: Crew, attempts: Attempts, remeasure: Callable[[str], None]) -> None:
+        super().__init__(crew)
         self.attempts = attempts
         self.remeasure = remeasure  # measure the clock again (after a step)
         self.paused_until = 0  # monotonic µs: no dispatching before (the spool was full)
@@ -102,9 +83,10 @@ class Starter:
             if os.path.exists(transitions.claim_path(self.spool, ready.claim)):
                 return ready
         else:
-            expiry = self.clock.reference(now) + self.lease
             try:
-                claim = transitions.renew(self.spool, ready.claim, expiry, self.commit.touched)
+                claim = transitions.renew(
+                    self.spool, ready.claim, self.expiry(now), self.commit.touched
+                )
                 return Prepared(claim, ready.body, ready.user, self.clock.mono())
             except FileNotFoundError:
                 pass
