@@ -122,7 +122,12 @@ def start_daemon(tq: Taskq, tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         return d
 
     yield start
-    for d in started:
+    kill_all(started)
+
+
+def kill_all(daemons: list[Daemon]) -> None:
+    """Kill (SIGKILL) the daemons a test started that still run."""
+    for d in daemons:
         if d.proc.poll() is None:
             d.kill()
 
@@ -136,6 +141,12 @@ def stamps(tmp_path: Path) -> Path:
 def stamp_cmd(stamps: Path, extra: str = "") -> list[str]:
     """A command that records its start: the task id and the epoch with nanoseconds."""
     return ["sh", "-c", f'echo "$TASKQ_ID $TASKQ_ATTEMPT $(date +%s.%N)" >> {stamps}{extra}']
+
+
+def until(gate: Path) -> str:
+    """A shell fragment that waits for the file `gate`: an attempt that runs until the
+    test opens the gate, however slow the machine (never a fixed sleep)."""
+    return f"; while [ ! -e {gate} ]; do sleep 0.05; done"
 
 
 def read_stamps(stamps: Path) -> list[tuple[str, int, float]]:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+from conftest import Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
 
 from taskq.defaults import default_host_id
 from taskq.task import ClaimName, TaskName
@@ -32,11 +32,14 @@ def all_in(tq: Taskq, ids: list[str], states: tuple[str, ...]) -> bool:
 def test_running_children_are_adopted_not_rerun(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
+    gate = stamps.parent / "gate"  # opened after the kill: the attempts outlive their daemon
     first = start_daemon()
-    ids = [tq.submit("--", *stamp_cmd(stamps, "; sleep 1.5")) for _ in range(3)]
-    wait_for(lambda: len(read_stamps(stamps)) == 3, 10, "three tasks to start")
+    ids = [tq.submit("--", *stamp_cmd(stamps, until(gate))) for _ in range(3)]
+    wait_for(lambda: len(read_stamps(stamps)) == 3, 30, "three tasks to start")
     first.kill()
     start_daemon()
+    wait_for(lambda: all(events(tq.show(t), "adopted") for t in ids), 30, "adoption of all 3")
+    gate.touch()
     for task_id in ids:
         doc = tq.wait_state(task_id, ("done",))
         assert len(events(doc, "start")) == 1
@@ -93,14 +96,14 @@ def test_sigterm_waits_for_children_then_exits_zero(
 def test_shutdown_grace_leaves_attempts_for_the_next_daemon(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
+    gate = stamps.parent / "gate"  # the attempt runs until the test has looked
     daemon = start_daemon("--shutdown-grace", "0.2s")
     later = tq.submit("--in", "3s", "--", *stamp_cmd(stamps))
-    task_id = tq.submit("--", *stamp_cmd(stamps, "; sleep 2"))
-    wait_for(lambda: read_stamps(stamps), 10, "the task to start")
-    began = time.monotonic()
-    assert daemon.stop(signal.SIGINT) == 0
-    assert time.monotonic() - began < 5
+    task_id = tq.submit("--", *stamp_cmd(stamps, until(gate)))
+    wait_for(lambda: read_stamps(stamps), 30, "the task to start")
+    assert daemon.stop(signal.SIGINT) == 0  # after the 0.2 s grace, not the attempt's end
     assert tq.state(task_id) == "running" and tq.state(later) == "pending"
+    gate.touch()
     start_daemon()
     tq.wait_state(task_id, ("done",))
     tq.wait_state(later, ("done",))
@@ -110,11 +113,14 @@ def test_shutdown_grace_leaves_attempts_for_the_next_daemon(
 def test_surviving_daemon_recovers_a_dead_neighbour(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
+    gate = stamps.parent / "gate"  # opened after the kill: the attempts outlive their daemon
     victim = start_daemon()
-    ids = [tq.submit("--", *stamp_cmd(stamps, "; sleep 1")) for _ in range(2)]
-    wait_for(lambda: len(read_stamps(stamps)) == 2, 10, "both tasks to start")
+    ids = [tq.submit("--", *stamp_cmd(stamps, until(gate))) for _ in range(2)]
+    wait_for(lambda: len(read_stamps(stamps)) == 2, 30, "both tasks to start")
     start_daemon("--lease", "1.5s")
     victim.kill()
+    wait_for(lambda: all(events(tq.show(t), "adopted") for t in ids), 30, "adoption of both")
+    gate.touch()
     for task_id in ids:
         doc = tq.wait_state(task_id, ("done",))
         assert events(doc, "adopted")

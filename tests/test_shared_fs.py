@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, read_stamps, wait_for
+from conftest import TASKQ, Daemon, Taskq, kill_all, read_stamps, wait_for
 from substrates import GlusterBed
 
 pytest_plugins = ["substrates"]
@@ -70,9 +70,7 @@ def daemons(bed: Bed) -> Iterator[Callable[..., Daemon]]:
         return d
 
     yield start
-    for d in started:
-        if d.proc.poll() is None:
-            d.kill()
+    kill_all(started)
 
 
 def stamping(stamps: Path, tail: str = "") -> list[str]:
