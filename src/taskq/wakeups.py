@@ -69,17 +69,33 @@ class Wakeups:
         self.sel.unregister(fd)
 
     def wait(self, timeout: float) -> tuple[bool, list[object]]:
-        """Sleep up to timeout seconds; return (doorbell rang, other keys ready)."""
-        if self.poll > 0:
-            timeout = min(timeout, max(0.0, (self._next_poll - self.mono()) / SECOND))
-        rang, ready = False, []
+        """Sleep up to timeout seconds; return (doorbell rang, other keys ready).
+
+        Polls of the doorbell that find it unchanged do not end the sleep, so
+        an idle daemon costs one open() and fstat() per poll, not a loop turn.
+        """
+        deadline = self.mono() + round(timeout * SECOND)
+        while True:
+            left = max(0, deadline - self.mono())
+            if self.poll > 0:
+                left = min(left, max(0, self._next_poll - self.mono()))
+            rang, ready = self._select(left / SECOND)
+            rang = self._polled() or rang
+            if rang or ready or self.stop_requested or self.hup or self.mono() >= deadline:
+                return rang, ready
+
+    def _select(self, timeout: float) -> tuple[bool, list[object]]:
+        rang, ready, woke = False, [], False
         for key, _ in self.sel.select(timeout):
+            woke = True
             if key.data == "doorbell" or key.data == "signal":
                 _drain(key.fd)
                 rang = rang or key.data == "doorbell"
             else:
                 ready.append(key.data)
-        return self._polled() or rang, ready
+        if woke and not (rang or ready):
+            ready.append("signal")  # a signal (SIGCHLD): the loop has work
+        return rang, ready
 
     def _polled(self) -> bool:
         """Stat the doorbell if it is time: another host's submitter may have rung it."""
@@ -118,7 +134,15 @@ _NOT_A_RING = frozenset({"opened", "closed", "closed_no_write"})
 
 def _watch(bell: str, wake_fd: int) -> Any:
     """Write to wake_fd when the doorbell is touched on this host (inotify, via watchdog)."""
-    from watchdog.events import FileSystemEvent, FileSystemEventHandler
+    import watchdog.events
+    from watchdog.events import (
+        FileClosedEvent,
+        FileCreatedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+        FileSystemEvent,
+        FileSystemEventHandler,
+    )
     from watchdog.observers import Observer
 
     class Bell(FileSystemEventHandler):
@@ -134,7 +158,22 @@ def _watch(bell: str, wake_fd: int) -> Any:
 
     observer = Observer()
     observer.daemon = True
-    observer.schedule(Bell(), os.path.dirname(bell), recursive=False)
+    # Only what a ring does: created, touched (attrib or modified), moved in.
+    # Without the filter inotify would also report opens and closes, and our
+    # own doorbell polling would cost the watching thread a wake-up each time.
+    rings: list[type[FileSystemEvent]] = [
+        FileCreatedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+        FileClosedEvent,
+    ]
+    if (attrib := getattr(watchdog.events, "FileAttribEvent", None)) is not None:
+        rings.append(attrib)  # touch(1), utime(): watchdog 5 and later report them so
+    directory = os.path.dirname(bell)
+    try:
+        observer.schedule(Bell(), directory, recursive=False, event_filter=rings)
+    except TypeError:  # watchdog before 4.0 has no event_filter
+        observer.schedule(Bell(), directory, recursive=False)
     try:
         observer.start()
     except OSError as e:
