@@ -74,14 +74,18 @@ class Wakeups:
         Polls of the doorbell that find it unchanged do not end the sleep, so
         an idle daemon costs one open() and fstat() per poll, not a loop turn.
         """
-        deadline = self.mono() + round(timeout * SECOND)
+        began = self.mono()
+        deadline = began + round(timeout * SECOND)
         while True:
             left = max(0, deadline - self.mono())
             if self.poll > 0:
                 left = min(left, max(0, self._next_poll - self.mono()))
             rang, ready = self._select(left / SECOND)
             rang = self._polled() or rang
-            if rang or ready or self.stop_requested or self.hup or self.mono() >= deadline:
+            now = self.mono()
+            # A monotonic clock that went back (it must not; libfaketime and some
+            # VMs do) ends the sleep too: the loop re-arms its timers.
+            if rang or ready or self.stop_requested or self.hup or not began <= now < deadline:
                 return rang, ready
 
     def _select(self, timeout: float) -> tuple[bool, list[object]]:
