@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
 
 StartDaemon = Callable[..., Daemon]
 
@@ -22,7 +22,7 @@ def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
 def test_reschedule_moves_a_pending_task(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
-    task_id = tq.submit("--in", "1h", "--expires", "1s", "--", *stamp_cmd(stamps))
+    task_id = tq.submit("--in", "1h", "--expires", "60s", "--", *stamp_cmd(stamps))
     out = tq.run("reschedule", task_id, "--in", "0.5s").stdout.decode()
     assert out.startswith(f"rescheduled {task_id} to ")
     start_daemon()
@@ -110,16 +110,23 @@ def test_wait_statuses(tq: Taskq, start_daemon: StartDaemon) -> None:
     assert tq.run("wait", "0" * 26, check=False).returncode == 3
 
 
-def test_logs_follow_streams_until_the_attempt_ends(tq: Taskq, start_daemon: StartDaemon) -> None:
+def test_logs_follow_streams_until_the_attempt_ends(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
+) -> None:
     start_daemon()
-    task_id = tq.submit("--", "sh", "-c", "echo one; sleep 0.6; echo two; sleep 0.6; echo three")
+    gate = tmp_path / "gate"
+    script = f"echo one{until(gate)}; echo two{until(gate.with_suffix('.2'))}; echo three"
+    task_id = tq.submit("--", "sh", "-c", script)
     env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
-    follower = subprocess.Popen([*TASKQ, "logs", "-f", task_id], stdout=subprocess.PIPE, env=env)
-    assert follower.stdout is not None
-    first = follower.stdout.readline()
-    assert first == b"one\n" and tq.state(task_id) in ("running", "claimed")
-    rest, _ = follower.communicate(timeout=15)
-    assert rest == b"two\nthree\n" and follower.returncode == 0
+    argv = [*TASKQ, "logs", "-f", task_id]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, env=env) as follower:
+        assert follower.stdout is not None
+        assert follower.stdout.readline() == b"one\n" and tq.state(task_id) == "running"
+        gate.touch()
+        assert follower.stdout.readline() == b"two\n"
+        gate.with_suffix(".2").touch()
+        assert follower.stdout.read() == b"three\n"  # and then EOF: the attempt ended
+        assert follower.wait(timeout=30) == 0
 
 
 def test_fsck_reports_quarantines_and_repairs(tq: Taskq, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from taskq.errors import BadInput
 from taskq.timespec import (
     DAY,
+    MAX_DURATION,
     HOUR,
     MINUTE,
     SECOND,
@@ -118,7 +119,11 @@ def test_out_of_range_times(text: str) -> None:
 @given(st.integers(min_value=0, max_value=10**6), st.sampled_from(["ms", "s", "m", "h", "d"]))
 def test_unit_durations(n: int, unit: str) -> None:
     scale = {"ms": 1000, "s": SECOND, "m": MINUTE, "h": HOUR, "d": DAY}[unit]
-    assert parse_duration(f"{n}{unit}") == n * scale
+    if n * scale <= MAX_DURATION:
+        assert parse_duration(f"{n}{unit}") == n * scale
+    else:
+        with pytest.raises(BadInput, match="longer than the limit"):
+            parse_duration(f"{n}{unit}")
 
 
 @given(st.text(max_size=12))

@@ -63,6 +63,7 @@ class Attempts:
         self.unwatch = unwatch
         self.children: dict[int, Running] = {}
         self.adopted: dict[str, Running] = {}
+        self.handed: set[int] = set()  # children another daemon here watches now: reap only
 
     def __len__(self) -> int:
         return len(self.children) + len(self.adopted)
@@ -88,13 +89,14 @@ class Attempts:
     def reap(self) -> list[tuple[Running, int]]:
         """Our children that ended, with their exit codes (negative: a signal)."""
         ended = []
-        while self.children:
+        while self.children or self.handed:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
+            self.handed.discard(pid)
             run = self.children.pop(pid, None)
             if run is not None:
                 ended.append((run, os.waitstatus_to_exitcode(status)))
@@ -110,6 +112,22 @@ class Attempts:
             self.unwatch(run.pidfd)
             os.close(run.pidfd)
         return True
+
+    def hand_over(self, run: Running) -> None:
+        """Stop watching an attempt that another daemon on this host adopted.
+
+        That daemon took our claim over while we were stopped past the lease,
+        and watches the attempt through a pidfd; we only reap our child, so
+        that it leaves no zombie, and record nothing of its end.
+        """
+        if run.pid is not None and self.children.get(run.pid) is run:
+            del self.children[run.pid]
+            self.handed.add(run.pid)
+        elif self.adopted.get(run.body.id) is run:
+            del self.adopted[run.body.id]
+            if run.pidfd is not None:
+                self.unwatch(run.pidfd)
+                os.close(run.pidfd)
 
     def polled(self) -> list[Running]:
         """Adopted attempts without a pidfd: the loop looks at these every POLL_ADOPTED."""

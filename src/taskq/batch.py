@@ -17,13 +17,14 @@ import base64
 import binascii
 import dataclasses
 import json
+import math
 from typing import Any
 
 from taskq import request
 from taskq.errors import BadInput
 from taskq.request import Request
 from taskq.task import TaskBody, check_queue
-from taskq.timespec import SECOND, parse_duration
+from taskq.timespec import MAX_DURATION, SECOND, parse_duration
 
 FIELDS = frozenset(
     {
@@ -110,12 +111,16 @@ def _string(name: str, value: Any) -> str:
 def _instant(value: Any) -> str:
     """run_at as a WHEN: a string, or epoch seconds as a number."""
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise BadInput("run_at must be a finite number of seconds")
         return f"@{value:.6f}"
     return _string("run_at", value)
 
 
 def _duration(name: str, value: Any, allow_zero: bool = False) -> int:
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not (math.isfinite(value) and 0 <= value <= MAX_DURATION // SECOND):
+            raise BadInput(f"{name} must be from 0 to {MAX_DURATION // SECOND} seconds")
         us = round(value * SECOND)
     else:
         us = parse_duration(_string(name, value))

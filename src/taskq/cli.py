@@ -34,14 +34,17 @@ from taskq.timespec import SECOND, format_iso, parse_duration
 
 
 def _spool(ctx: click.Context) -> Spool:
-    return Spool(ctx.obj["spool"])
+    spool = Spool(ctx.obj["spool"])
+    if os.path.exists(spool.root) and not os.path.isdir(spool.root):
+        raise BadInput(f"spool {ctx.obj['spool']} is not a directory")
+    return spool
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--spool",
     envvar="TASKQ_SPOOL",
-    type=click.Path(file_okay=False),
+    metavar="DIR",
     help="Spool directory [env: TASKQ_SPOOL; default: /var/spool/taskq for root, "
     "else ${XDG_STATE_HOME:-~/.local/state}/taskq].",
 )
@@ -335,6 +338,7 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
         queue_limits=_queue_limits(opts["queue_limit"]),
         keep_done=None if opts["keep_done"] == "never" else parse_duration(opts["keep_done"]),
     )
+    cfg.check()
     spool = _spool(ctx)
     _init(spool)
     log_file = os.path.abspath(opts["log_file"]) if opts["log_file"] else None

@@ -69,8 +69,8 @@ class Daemon:
 
     def _build_parts(self, spool: Spool, settings: Settings) -> None:
         """Make the parts and wire them together (see the module docstring)."""
-        self.commit = GroupCommit(self.clock.mono)
         self.wake = Wakeups(spool.doorbell, settings.doorbell_poll, self.clock.mono)
+        self.commit = GroupCommit(self.clock.mono, lambda: self.wake.continued)
         self.health = Health(spool.run, self.owner.host, self.owner.pid, _public(settings))
         self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
         backoff = Backoff(settings.retry_delay, settings.retry_cap)
@@ -151,6 +151,7 @@ class Daemon:
         if self.wake.hup:
             self.wake.hup = False
             self.on_hup()
+        self.commit.review()
         now = self._guard_clock()
         self._settle_finished(now)
         self._keep_claims(now)

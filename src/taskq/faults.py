@@ -5,6 +5,10 @@ to a point's name (or NAME:N, the Nth time it is reached), the process
 kills itself with SIGKILL there, exactly as a power cut or kill -9 would
 stop it between two system calls. Tests then restart taskq and check that
 no accepted task is lost, none starts early, and every repeat is recorded.
+
+With TASKQ_CRASH_SIGNAL=STOP the process stops itself there instead
+(SIGSTOP), so a test can change the spool under it, as a racing daemon
+would, and then let it go on with SIGCONT.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import signal
 _SPEC = os.environ.get("TASKQ_CRASH_AT") or None
 _NAME, _, _NTH = (_SPEC or "").partition(":")
 _WHEN = int(_NTH) if _NTH.isdigit() else 1
+_SIGNAL = signal.SIGSTOP if os.environ.get("TASKQ_CRASH_SIGNAL") == "STOP" else signal.SIGKILL
 _seen = 0
 
 POINTS = (
@@ -35,14 +40,16 @@ POINTS = (
     "cancel.renamed",  # the task is cancelled (or cancelling), not yet synced
     "reschedule.recorded",  # the new schedule is journalled, the task not yet moved
     "retry.recorded",  # the retry is journalled, the task not yet moved
+    "reschedule.moved",  # the task is at its new time, not yet synced
+    "retry.moved",  # the task is back in pending, not yet synced
 )
 
 
 def crash_point(name: str) -> None:
-    """Die here, with SIGKILL, if the tests asked for this point."""
+    """Die here, with SIGKILL (or stop, with SIGSTOP), if the tests asked for this point."""
     global _seen
     if _SPEC is None or name != _NAME:
         return
     _seen += 1
     if _seen == _WHEN:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), _SIGNAL)

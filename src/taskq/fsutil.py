@@ -62,8 +62,17 @@ def _rename(src: str, dst: str) -> None:
 
 
 def fsync_dir(path: str) -> None:
-    """Make the entries of a directory (creations, renames) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    """Make the entries of a directory (creations, renames) durable.
+
+    A directory that is gone (an emptied bucket a daemon removed right
+    after our rename) has nothing left to keep but its removal, which is an
+    entry of its parent: the parent is synced instead. A command must not
+    report failure for a change it made because of that race.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        fd = os.open(os.path.dirname(path.rstrip("/")), os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:

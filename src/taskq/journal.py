@@ -20,21 +20,45 @@ JOURNAL = "journal"
 def append(log_dir: str, event: str, now: int, **fields: Any) -> bool:
     """Append one record, creating the log directory if needed.
 
-    The journal is history, not state: a record that cannot be written (disk
-    full) is logged and skipped, and the caller carries on. Returns success.
+    Most records are history, not state: a record that cannot be written
+    (disk full) is logged and skipped, and the caller carries on. Returns
+    success.
     """
-    record = {"event": event, "time": format_iso(now), **fields}
-    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
     try:
-        fd = _open(log_dir)
-        try:
-            os.write(fd, _after_torn(fd) + line)
-        finally:
-            os.close(fd)
+        _write(log_dir, _line(event, now, fields), sync=False)
     except OSError as e:
         logging.getLogger("taskq").warning("cannot journal %s in %s: %s", event, log_dir, e)
         return False
     return True
+
+
+def append_durable(log_dir: str, event: str, now: int, **fields: Any) -> None:
+    """Append a record that decides what the daemon does, and fsync it; OSError if not.
+
+    An operator's `rescheduled` and `retried` records set a task's schedule
+    and its budget of attempts, so they are written before the change they
+    announce and made durable, and a failure stops the change.
+    """
+    _write(log_dir, _line(event, now, fields), sync=True)
+
+
+def _line(event: str, now: int, fields: dict[str, Any]) -> bytes:
+    record = {"event": event, "time": format_iso(now), **fields}
+    return (json.dumps(record, separators=(",", ":")) + "\n").encode()
+
+
+def _write(log_dir: str, line: bytes, sync: bool) -> None:
+    fd = _open(log_dir)
+    try:
+        os.write(fd, _after_torn(fd) + line)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if sync:
+        from taskq.fsutil import fsync_dir
+
+        fsync_dir(log_dir)  # a journal created just now
 
 
 def _open(log_dir: str) -> int:
@@ -105,14 +129,22 @@ def budget_start(records: list[dict[str, Any]], attempt: int) -> int:
     return first
 
 
-def scheduled_run_at(records: list[dict[str, Any]], first: int, default: int) -> int:
-    """When the first attempt of the budget was due: the start record says."""
-    from taskq.timespec import parse_when
+def last_end(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The `end` record of the latest attempt that has one (its first, if several).
 
+    Each attempt has one `end`: the daemon that held its claim writes it,
+    and a daemon that lost the lease meanwhile writes `late-end` instead.
+    Ordering by attempt, not by place in the file, keeps the answer the
+    same however the records of racing daemons interleave.
+    """
+    best: dict[str, Any] | None = None
     for r in records:
-        if r["event"] == "start" and r.get("attempt") == first and isinstance(r.get("run_at"), str):
-            return parse_when(r["run_at"], default)
-    return default
+        n = r.get("attempt")
+        if r["event"] != "end" or not isinstance(n, int):
+            continue
+        if best is None or n > best["attempt"]:
+            best = r
+    return best
 
 
 def revoke(log_dir: str, event: str, written: int) -> None:
@@ -139,15 +171,41 @@ def expired(records: list[dict[str, Any]]) -> bool:
 def scheduled_for(log_dir: str, attempt: int, run_at: int, default: int) -> int:
     """A task's run time as last set by a person (submit, reschedule, retry).
 
-    The name is authoritative for the first attempt of a budget (submit and
-    reschedule set its run_at; a retry makes a new first attempt): then
-    run_at (the name's) is the answer and no journal is read. A later
-    attempt's schedule is when that first attempt was due.
+    The name is authoritative for the first attempt (its run_at is the one
+    submit or a reschedule set): then run_at (the name's) is the answer and
+    no journal is read. A later attempt's schedule is the last `rescheduled`
+    or `retried` record that took effect, or the submitted one (default).
     """
     if attempt == 1:
         return run_at
-    records = read(log_dir)
-    first = budget_start(records, attempt)
-    if first == attempt:
-        return run_at
-    return scheduled_run_at(records, first, default)
+    return person_schedule(read(log_dir), attempt, run_at, default)
+
+
+def person_schedule(records: list[dict[str, Any]], attempt: int, run_at: int, default: int) -> int:
+    """The last run time that an operator's record set and that took effect.
+
+    A record took effect if it is not revoked and names an attempt reached
+    so far, with the run time that attempt then had: the current name's
+    (run_at) for the current attempt, its start record's for an earlier
+    one. A record whose rename never happened (a crash between the two)
+    fails that test and is ignored.
+    """
+    from taskq.timespec import parse_when
+
+    started = {
+        r.get("attempt"): r.get("run_at")
+        for r in records
+        if r["event"] == "start" and isinstance(r.get("run_at"), str)
+    }
+    scheduled = default
+    for i, r in enumerate(records):
+        n, when = r.get("attempt"), r.get("run_at")
+        if r["event"] not in ("rescheduled", "retried") or not isinstance(when, str):
+            continue
+        if not isinstance(n, int) or n > attempt or _revoked(r, records[i + 1 :]):
+            continue
+        truth = format_iso(run_at) if n == attempt else started.get(n)
+        if r["event"] == "rescheduled" and truth is not None and truth != when:
+            continue  # overtaken by a later change, or never made
+        scheduled = parse_when(when, default)
+    return scheduled

@@ -93,7 +93,7 @@ def _recorded_move(
     revokes it.
     """
     log_dir, written = spool.log_dir(found.name.id), wall_us()
-    journal.append(log_dir, event, written, **fields)
+    journal.append_durable(log_dir, event, written, **fields)
     if event == "retried":
         crash_point("retry.recorded")
     else:
@@ -103,6 +103,10 @@ def _recorded_move(
     except OSError:
         journal.revoke(log_dir, event, written)
         raise
+    if event == "retried":
+        crash_point("retry.moved")
+    else:
+        crash_point("reschedule.moved")
     _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
     spool.ring()
     return name
@@ -185,10 +189,10 @@ def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[L
 def outcome(spool: Spool, found: Located) -> tuple[str, int | None]:
     """How an ended task ended: (done|failed|expired|cancelled, last exit status)."""
     records = journal.read(spool.log_dir(found.name.id))
+    last = journal.last_end(records)
     status = None
-    for r in records:
-        if r["event"] == "end":
-            status = r.get("exit_status", 128 + r["signal"] if "signal" in r else None)
+    if last is not None:
+        status = last.get("exit_status", 128 + last["signal"] if "signal" in last else None)
     if found.state == "failed" and journal.expired(records):
         return "expired", status
     return found.state, status

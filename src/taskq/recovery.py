@@ -63,11 +63,35 @@ class Recovery(Part):
             run.claim = asked
             self.stop_for_cancel(run, mono)
             return
+        holder = self._holder(run.claim)
+        if holder is not None and holder.host == self.owner.host:
+            # A daemon of this host took it over while we were stopped, and it
+            # adopted the attempt (it can watch it here): it is not ours to kill.
+            self.attempts.hand_over(run)
+            self.settler.note(run.claim, "handed-over", now, to=holder.owner)
+            log.warning(
+                "lost the lease of %s to %s on this host; it watches attempt %d now",
+                run.body.id,
+                holder.owner,
+                run.claim.task.attempt,
+            )
+            return
         run.lost = True
         run.notes.append("lease lost")
         self.settler.note(run.claim, "lease-lost", now)
         log.warning("lost the lease of %s; killing attempt %d", run.body.id, run.claim.task.attempt)
         self.attempts.signal(run, signal.SIGKILL, mono)
+
+    def _holder(self, held: ClaimName) -> ClaimName | None:
+        """Who holds this attempt's claim now, if anyone does."""
+        prefix = f"{held.task}_"
+        for entry in fsutil.listdir(self.spool.claimed):
+            if entry.startswith(prefix):
+                try:
+                    return ClaimName.parse(entry)
+                except ValueError:
+                    continue
+        return None
 
     def stop_for_cancel(self, run: Running, mono: int) -> None:
         """Cancelled while running: TERM the process group, KILL after the grace.

@@ -5,6 +5,12 @@ or after a delay, not both), durations longer than zero, variable names,
 an absolute working directory that exists, a payload within the limit, and
 the task body that results, with a fresh id. Pure but for the directory
 check; time is injected.
+
+A body is checked whole before it is accepted (`accepted`): its text is
+UTF-8, exec() could take its command and variables, and its file fits the
+limit the daemon reads. A task the daemon would quarantine or could not
+start is refused here, with one line saying why, so no accepted task can
+be lost that way.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PATH,
     DEFAULT_QUEUE,
+    MAX_BODY,
+    MAX_EXEC,
+    MAX_EXEC_STRING,
     MAX_STDIN,
     TaskBody,
     new_id,
@@ -51,7 +60,46 @@ class Request:
     def body(self, argv: Sequence[str], now: int) -> TaskBody:
         """The task body asking to run argv so, submitted now, with a fresh id."""
         fields = dataclasses.asdict(self)
-        return TaskBody(id=new_id(now), argv=list(argv), submitted_at=now, **fields)
+        body = TaskBody(id=new_id(now), argv=list(argv), submitted_at=now, **fields)
+        accepted(body)
+        return body
+
+
+def accepted(body: TaskBody) -> bytes:
+    """The body's file, once every limit is checked; BadInput names the first broken one."""
+    _text("the working directory", body.cwd)
+    if body.key is not None:
+        _text("the key", body.key)
+    for i, arg in enumerate(body.argv, 1):
+        _text(f"argument {i} of the command", arg)
+    for name, value in body.env.items():
+        _text(f"variable {name}", f"{name}={value}")
+    exec_bytes = sum(len(a.encode()) + 1 for a in body.argv)
+    exec_bytes += sum(len(k.encode()) + len(v.encode()) + 2 for k, v in body.env.items())
+    if exec_bytes > MAX_EXEC:
+        raise BadInput(
+            f"the command and its variables take {exec_bytes} bytes; exec() is given "
+            f"at most {MAX_EXEC}"
+        )
+    data = body.to_json()
+    if len(data) > MAX_BODY:
+        raise BadInput(
+            f"the task file would be {len(data)} bytes (escapes included), over the "
+            f"limit of {MAX_BODY}"
+        )
+    return data
+
+
+def _text(what: str, value: str) -> None:
+    """A string that is UTF-8 text and one exec() string long at most."""
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:
+        raise BadInput(f"{what} is not valid UTF-8 text") from None
+    if "\0" in value:
+        raise BadInput(f"{what} contains a NUL byte")
+    if size > MAX_EXEC_STRING:
+        raise BadInput(f"{what} is {size} bytes; exec() takes at most {MAX_EXEC_STRING}")
 
 
 def run_at(

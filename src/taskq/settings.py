@@ -1,10 +1,30 @@
-"""The daemon's settings, from its command line; every duration in microseconds."""
+"""The daemon's settings, from its command line; every duration in microseconds.
+
+It also owns the range each duration must fall in (RANGES), checked once at
+start-up so that an option which parses but would break the daemon later
+(a lease of a microsecond spins the loop) is refused with one line.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from taskq.timespec import DAY, HOUR, MS, SECOND
+from taskq.errors import BadInput
+from taskq.timespec import DAY, HOUR, MS, SECOND, format_duration
+
+# option: (least, most); a doorbell poll may also be 0 (off)
+RANGES = {
+    "lease": (500 * MS, DAY),
+    "retry_delay": (0, 30 * DAY),
+    "retry_cap": (0, 30 * DAY),
+    "rescan": (100 * MS, DAY),
+    "doorbell_poll": (10 * MS, HOUR),
+    "clock_margin": (0, HOUR),
+    "max_uncertainty": (0, HOUR),
+    "clock_check": (100 * MS, DAY),
+    "kill_grace": (0, DAY),
+    "shutdown_grace": (0, DAY),
+}
 
 
 @dataclass
@@ -26,3 +46,16 @@ class Settings:
     clock_check: int = 10 * SECOND  # how often to measure the clock offset
     tmp_max_age: int = HOUR
     keep_done: int | None = 7 * DAY  # done/ retention, applied hourly; None keeps all
+
+    def check(self) -> None:
+        """Refuse a duration out of its range, naming the option and the range."""
+        for name, (least, most) in RANGES.items():
+            value = getattr(self, name)
+            if name == "doorbell_poll" and value == 0:
+                continue
+            if not least <= value <= most:
+                option = "--" + name.replace("_", "-")
+                raise BadInput(
+                    f"{option} {format_duration(value)} is out of range: "
+                    f"from {format_duration(least)} to {format_duration(most)}"
+                )

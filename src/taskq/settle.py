@@ -87,10 +87,26 @@ class Settler:
             fields["duration"] = round(duration, 6)
         if run.notes:
             fields["notes"] = run.notes
-        journal.append(self.spool.log_dir(run.body.id), "end", now, **fields)
-        log.info("ended %s attempt %d: %s", run.body.id, run.claim.task.attempt, _outcome(fields))
-        if not run.lost:
-            self.after_attempt(run.claim, run.body, code, now)
+        log_dir, attempt = self.spool.log_dir(run.body.id), run.claim.task.attempt
+        if run.lost or not self._holds(run.claim):
+            # Whoever took the claim over records this attempt's one `end`.
+            journal.append(log_dir, "late-end", now, **fields)
+            log.warning(
+                "attempt %d of %s ended (%s) after its lease was lost; its new owner settles it",
+                attempt,
+                run.body.id,
+                _outcome(fields),
+            )
+            return
+        journal.append(log_dir, "end", now, **fields)
+        log.info("ended %s attempt %d: %s", run.body.id, attempt, _outcome(fields))
+        self.after_attempt(run.claim, run.body, code, now)
+
+    def _holds(self, held: ClaimName) -> bool:
+        """Whether the claim is still ours: as we named it, or renamed by `taskq cancel`."""
+        if os.path.exists(transitions.claim_path(self.spool, held)):
+            return True
+        return self.cancelling(held) is not None
 
     def after_attempt(self, held: ClaimName, body: TaskBody, code: int | None, now: int) -> None:
         """Apply policy: done, cancelled, a retry after a backoff, or the dead letter."""

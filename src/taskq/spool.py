@@ -61,7 +61,9 @@ class Spool:
     """A spool directory: the durable record of every task."""
 
     def __init__(self, root: str) -> None:
-        self.root = os.path.abspath(root)
+        # A spool given as a symlink (/var/spool/taskq -> /srv/taskq) is
+        # resolved once, so every command and check sees the same directory.
+        self.root = os.path.realpath(root)
         for sub in SUBDIRS:
             setattr(self, sub, os.path.join(self.root, sub))
         self.doorbell = os.path.join(self.root, DOORBELL)

@@ -147,12 +147,14 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
         crash_point("submit.synced")
         for i, first in repeats.items():
             results[i] = (results[first] or (names[first], True))[0], False
-    except OSError as e:
+    except BaseException as e:  # nothing of a refused batch may stay behind
         for i in todo:
             if _withdraw(spool, tmps[i], names[i]) and i in bound:
                 with contextlib.suppress(OSError):
                     os.unlink(bound[i])
-        raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
+        if isinstance(e, OSError):
+            raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
+        raise
     spool.ring()
     return [r for r in results if r is not None]
 

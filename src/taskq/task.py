@@ -24,6 +24,12 @@ DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_STDIN = 1 << 20  # bytes of --stdin payload a task may carry
 MAX_BODY = 4 << 20  # a larger file in the spool is corrupt by definition
+# What exec() takes: the command's arguments and variables together (with a
+# NUL each), well inside Linux's ARG_MAX of a quarter of an 8 MiB stack,
+# leaving room for the variables the daemon adds; and each one string, as
+# Linux's MAX_ARG_STRLEN (32 pages) requires.
+MAX_EXEC = 1 << 20
+MAX_EXEC_STRING = (32 << 12) - 1
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")

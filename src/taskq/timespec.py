@@ -25,6 +25,9 @@ _EPOCH = re.compile(r"@(-?\d+)(?:\.(\d{1,9}))?")
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=UTC)
 # The latest instant a task may name; keeps names fixed-width (year 9999).
 MAX_INSTANT = 253402300799 * SECOND
+# The longest duration taskq takes (a century): a delay from now still
+# names a time before year 9999, and no sum of durations overflows.
+MAX_DURATION = 36525 * DAY
 
 
 def _decimal_us(text: str, unit: int) -> int:
@@ -40,7 +43,7 @@ def parse_duration(text: str) -> int:
     """Parse '90', '90s', '250ms', '5m', '2h', '1d', '1h30m' to microseconds."""
     s = text.strip().lower()
     if _BARE.fullmatch(s):
-        return _decimal_us(s, SECOND)
+        return within_limit(_decimal_us(s, SECOND), text)
     pos, total = 0, 0
     for m in _PART.finditer(s):
         if m.start() != pos:
@@ -49,7 +52,14 @@ def parse_duration(text: str) -> int:
         pos = m.end()
     if pos != len(s) or not s:
         raise BadInput(f"bad duration {text!r}: use e.g. 90, 90s, 250ms, 5m, 2h, 1d or 1h30m")
-    return total
+    return within_limit(total, text)
+
+
+def within_limit(us: int, text: object) -> int:
+    """A duration no longer than MAX_DURATION (a century); BadInput otherwise."""
+    if us > MAX_DURATION:
+        raise BadInput(f"duration {text!r} is longer than the limit of 36525d (a century)")
+    return us
 
 
 def parse_when(text: str, now: int) -> int:

@@ -32,6 +32,7 @@ class Wakeups:
         self.mono = mono
         self.stop_requested = False
         self.hup = False
+        self.continued = 0  # SIGCONTs seen: the process was stopped, then let go on
         self.sel = selectors.DefaultSelector()
         self._bell_w = -1
         self._stamp = self._bell_stamp()
@@ -49,6 +50,7 @@ class Wakeups:
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
+        signal.signal(signal.SIGCONT, self._on_cont)
         self._observer = _watch(self.doorbell, self._bell_w)
 
     def close(self) -> None:
@@ -57,6 +59,9 @@ class Wakeups:
 
     def _on_hup(self, signum: int, _frame: Any) -> None:
         self.hup = True
+
+    def _on_cont(self, signum: int, _frame: Any) -> None:
+        self.continued += 1
 
     def _on_stop(self, signum: int, _frame: Any) -> None:
         self.stop_requested = True
