@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from taskq.errors import BadInput
 from taskq.timespec import (
     DAY,
-    MAX_DURATION,
     HOUR,
+    MAX_DURATION,
     MINUTE,
     SECOND,
     datetime_to_us,
