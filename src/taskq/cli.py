@@ -628,7 +628,7 @@ def _run() -> int:
         return errors.EX_FAILURE
     except click.ClickException as e:
         click.echo(f"taskq: {e.format_message()}", err=True)
-        if isinstance(e, click.UsageError) and e.ctx is not None and not isinstance(e, OptionError):
+        if isinstance(e, click.UsageError) and e.ctx is not None and not isinstance(e, click.BadParameter):
             click.echo(f"Try '{e.ctx.command_path} --help' for help.", err=True)
         return e.exit_code
     except TaskqError as e:
