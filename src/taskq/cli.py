@@ -19,7 +19,7 @@ from taskq import __version__, errors, fsutil, request
 from taskq.clock import wall_us
 from taskq.defaults import default_host_id, default_spool
 from taskq.errors import BadInput, Conflict, NotFound, TaskqError, WaitTimeout
-from taskq.params import DURATION, ENV_VAR, POSITIVE_DURATION, QUEUE_LIMIT, OptionError
+from taskq.params import DURATION, ENV_VAR, POSITIVE_DURATION, QUEUE_LIMIT
 from taskq.spool import STATES, Located, Spool
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
@@ -628,7 +628,8 @@ def _run() -> int:
         return errors.EX_FAILURE
     except click.ClickException as e:
         click.echo(f"taskq: {e.format_message()}", err=True)
-        if isinstance(e, click.UsageError) and e.ctx is not None and not isinstance(e, click.BadParameter):
+        value_error = isinstance(e, click.BadParameter)  # one line names the option
+        if isinstance(e, click.UsageError) and e.ctx is not None and not value_error:
             click.echo(f"Try '{e.ctx.command_path} --help' for help.", err=True)
         return e.exit_code
     except TaskqError as e:
