@@ -171,8 +171,11 @@ def test_fuzzed_batch_is_accepted_and_runs_or_refused_cleanly(
 
 
 DAEMON_OPTIONS = st.sampled_from(
-    ["--lease", "--retry-delay", "--retry-cap", "--rescan", "--doorbell-poll", "--clock-check"]
-    + ["--kill-grace", "--shutdown-grace", "--clock-margin", "--max-uncertainty", "--workers"]
+    [
+        *("--lease", "--retry-delay", "--retry-cap", "--rescan", "--doorbell-poll"),
+        *("--clock-check", "--kill-grace", "--shutdown-grace", "--clock-margin"),
+        *("--max-uncertainty", "--workers"),
+    ]
 )
 
 
