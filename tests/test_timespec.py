@@ -102,8 +102,8 @@ BERLIN = ZoneInfo("Europe/Berlin")
 EVENING = datetime_to_us(datetime(2026, 11, 30, 19, 40, 10, 500000, tzinfo=UTC))
 
 
-def _berlin(*fields: int) -> int:
-    return datetime_to_us(datetime(*fields, tzinfo=BERLIN))  # type: ignore[misc]
+def _berlin(y: int, mo: int, d: int, h: int, mi: int, s: int = 0, us: int = 0) -> int:
+    return datetime_to_us(datetime(y, mo, d, h, mi, s, us, tzinfo=BERLIN))
 
 
 @pytest.mark.parametrize(

@@ -12,16 +12,17 @@ from __future__ import annotations
 import io
 import os
 import struct
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from taskq.errors import BadInput
-from taskq.timespec import datetime_to_us, us_to_datetime
+from taskq.timespec import datetime_to_us, format_iso, us_to_datetime
 
 LOCALTIME = "/etc/localtime"
 
 
-def local_zone(environ: dict[str, str] | None = None) -> tzinfo:
+def local_zone(environ: Mapping[str, str] | None = None) -> tzinfo:
     """The local time zone: TZ, then /etc/localtime, then UTC; BadInput for a bad TZ."""
     tz = (os.environ if environ is None else environ).get("TZ")
     if tz is None:
@@ -107,3 +108,19 @@ def wall_now(now: int, zone: tzinfo) -> datetime:
 def format_local(us: int, zone: tzinfo) -> str:
     """An instant as local ISO-8601 with its offset: 2026-12-01T10:00:00.000000+01:00."""
     return us_to_datetime(us).astimezone(zone).isoformat(timespec="microseconds")
+
+
+TIMEFMT = "TASKQ_TIMEFMT"  # utc (the default) or local: how listings print instants
+
+
+def stamp(local: bool | None, environ: Mapping[str, str]) -> Callable[[int], str]:
+    """How listings print instants: local (--local), UTC (--utc), else as TASKQ_TIMEFMT says."""
+    if local is None:
+        fmt = environ.get(TIMEFMT, "utc").strip().lower() or "utc"
+        if fmt not in ("utc", "local"):
+            raise BadInput(f"{TIMEFMT}={environ[TIMEFMT]!r}: use utc or local")
+        local = fmt == "local"
+    if not local:
+        return format_iso
+    zone = local_zone(environ)
+    return lambda us: format_local(us, zone)
