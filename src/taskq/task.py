@@ -13,6 +13,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from taskq.errors import BadInput, CorruptFile
@@ -240,8 +241,10 @@ class TaskBody:
             max_attempts=_positive_int(doc, "max_attempts"),
             timeout=_opt_us(doc, "timeout"),
             expires=_opt_us(doc, "expires"),
-            run_at=parse_when(_str(doc, "run_at"), 0),
-            submitted_at=parse_when(_str(doc, "submitted_at"), 0),
+            # The spool is UTC: a hand-written time without an offset is read
+            # as UTC, never in the zone of whichever daemon reads it.
+            run_at=parse_when(_str(doc, "run_at"), 0, UTC),
+            submitted_at=parse_when(_str(doc, "submitted_at"), 0, UTC),
             stdin=None if stdin is None else base64.b64decode(_str(doc, "stdin"), validate=True),
             umask=_umask(doc),
             env_recorded=doc.get("env_recorded") is True,

@@ -9,6 +9,7 @@ is refused with a one-line error naming both readings, never guessed.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import struct
@@ -24,7 +25,11 @@ LOCALTIME = "/etc/localtime"
 
 def local_zone(environ: Mapping[str, str] | None = None) -> tzinfo:
     """The local time zone: TZ, then /etc/localtime, then UTC; BadInput for a bad TZ."""
-    tz = (os.environ if environ is None else environ).get("TZ")
+    return _zone((os.environ if environ is None else environ).get("TZ"))
+
+
+@functools.cache  # a batch reads a local time per line; the zone is read once
+def _zone(tz: str | None) -> tzinfo:
     if tz is None:
         return _localtime_file()
     name = tz.removeprefix(":")
