@@ -53,7 +53,10 @@ class Request:
 
     def body(self, argv: Sequence[str], now: int) -> TaskBody:
         """The task body asking to run argv so, submitted now, with a fresh id."""
-        fields = dataclasses.asdict(self)
+        # Shallow: asdict's deep copy of a recorded environment cost a batch
+        # five times its parsing.
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["env"] = dict(self.env)
         return TaskBody(id=new_id(now), argv=list(argv), submitted_at=now, **fields)
 
 
