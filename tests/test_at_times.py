@@ -137,8 +137,17 @@ def test_failed_task_retried_at_a_local_time(berlin: Taskq, start_daemon: StartD
     start_daemon()
     task_id = berlin.submit("--max-attempts", "1", "--", "false")
     berlin.wait_state(task_id, ("failed",), timeout=60)
-    berlin.run("retry", task_id, "--at", "2027-01-15 09:30")
+    out = berlin.run("retry", "--local", task_id, "--at", "2027-01-15 09:30").stdout.decode()
+    assert out.strip().endswith(" at 2027-01-15T09:30:00.000000+01:00")
     assert _berlin(berlin.show(task_id)["run_at"]) == _wall(date(2027, 1, 15), 9, 30)
+    # The daemons' records, in status and stats, follow the same setting.
+    offset = datetime.now(BERLIN).strftime("%z")
+    local = f"{offset[:3]}:{offset[3:]}"
+    for command in ("status", "stats"):
+        updated = berlin.run(command, "--local").stdout.decode().split("updated ")[1].split()[0]
+        assert updated.endswith(local), updated
+        updated = berlin.run(command).stdout.decode().split("updated ")[1].split()[0]
+        assert updated.endswith("Z"), updated
 
 
 @pytest.mark.parametrize(

@@ -225,3 +225,19 @@ def test_duration_parser_never_crashes(text: str) -> None:
         assert parse_duration(text) >= 0
     except BadInput:
         pass
+
+
+@given(
+    st.integers(min_value=946_684_800 * SECOND, max_value=4_102_444_800 * SECOND),
+    st.integers(min_value=0, max_value=23),
+    st.integers(min_value=0, max_value=59),
+)
+def test_a_clock_time_is_the_next_such_wall_time(now: int, hour: int, minute: int) -> None:
+    try:
+        got = parse_when(f"{hour}:{minute:02d}", now, BERLIN)
+    except BadInput as e:  # only a time that summer time skips or repeats
+        assert "DST" in str(e)
+        return
+    wall = datetime.fromtimestamp(got / SECOND, BERLIN)
+    assert (wall.hour, wall.minute, wall.second) == (hour, minute, 0)
+    assert now - MINUTE < got <= now + DAY + HOUR  # not before this minute; within a day
