@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -396,7 +397,10 @@ def _body_or_none(spool: Spool, found: Located) -> TaskBody | None:
         return None
 
 
-def _time_format(command: Any) -> Any:
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def _time_format(command: _Command) -> _Command:
     """The --local/--utc option of a command that prints instants."""
     return click.option(
         "--local/--utc",
@@ -407,7 +411,8 @@ def _time_format(command: Any) -> Any:
     )(command)
 
 
-def _stamp(local: bool | None) -> Any:
+def _stamp(local: bool | None) -> Callable[[int], str]:
+    """How this command prints instants (zones.stamp); the zone is read only for --local."""
     from taskq import zones
 
     return zones.stamp(local, os.environ)
