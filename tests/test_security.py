@@ -43,7 +43,10 @@ def test_root_daemon_runs_each_task_as_its_owner(
 ) -> None:
     script = 'echo "$(id -u) $(id -g) $HOME $USER $LOGNAME"'
     mine = tq.submit("--cwd", "/", "--", "sh", "-c", script)
-    theirs = tq.submit("--cwd", "/", "--", "sh", "-c", script)
+    # Root's recorded environment, and variables set to claim root, never
+    # decide whom the task runs as, nor what it is told it is.
+    claims = ("--env", "HOME=/root", "--env", "USER=root", "--env", "LOGNAME=root")
+    theirs = tq.submit("--cwd", "/", *claims, "--", "sh", "-c", script)
     give(tq, theirs, users[0])
     start_daemon()
     tq.wait_state(mine, ("done",))

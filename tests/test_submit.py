@@ -17,6 +17,12 @@ from taskq.task import TaskBody, TaskName, bucket_of, valid_id
 from taskq.timespec import parse_when
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def pending_files(spool: Path) -> list[Path]:
     return sorted(p for p in (spool / "pending").glob("*/*"))
 
@@ -30,7 +36,8 @@ def test_submit_prints_id_and_writes_the_bucket(tq: Taskq) -> None:
     assert path.parent.name == "203001020304" == bucket_of(name.run_at)
     body = TaskBody.from_json(path.read_bytes())
     assert body.argv == ["echo", "hi there"]
-    assert body.env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+    assert body.env["PATH"] == os.environ["PATH"]  # recorded, as at(1) does
+    assert body.env_recorded and body.umask == _umask()
     assert body.cwd == os.getcwd()
     assert list((tq.spool / "tmp").iterdir()) == []
     assert oct(path.stat().st_mode & 0o777) == "0o600"

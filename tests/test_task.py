@@ -147,6 +147,8 @@ def test_garbage_bodies_are_corrupt_not_crashes(data: bytes) -> None:
         ("version", 2),
         ("stdin", "!!!"),
         ("env", {"A": 1}),
+        ("umask", "0999"),
+        ("umask", 18),
     ],
 )
 def test_wrong_field_types_are_corrupt(field: str, value: object) -> None:
@@ -160,3 +162,21 @@ def test_ids_of_one_process_only_increase() -> None:
     same_ms = [new_id(1_800_000_000_000_000) for _ in range(1000)]
     assert same_ms == sorted(same_ms) and len(set(same_ms)) == 1000
     assert new_id(5) > same_ms[-1]  # even if the clock goes back
+
+
+def test_umask_and_recorded_env_round_trip() -> None:
+    body = TaskBody(new_id(0), ["true"], 0, 0, env={"A": "1"}, umask=0o027, env_recorded=True)
+    doc = json.loads(body.to_json())
+    assert doc["umask"] == "0027" and doc["env_recorded"] is True
+    assert TaskBody.from_json(body.to_json()) == body
+    for key in ("umask", "env_recorded"):  # bodies written before they were recorded
+        del doc[key]
+    old = TaskBody.from_json(json.dumps(doc).encode())
+    assert old.umask is None and old.env_recorded is False
+
+
+def test_a_time_without_offset_in_a_body_is_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # the reader's zone must not matter
+    doc = json.loads(TaskBody(new_id(0), ["true"], 0, 0).to_json())
+    doc["run_at"] = "2026-12-01T09:00:00"
+    assert TaskBody.from_json(json.dumps(doc).encode()).run_at == 1_796_115_600 * SECOND

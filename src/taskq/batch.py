@@ -94,7 +94,7 @@ def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
     if "max_attempts" in doc:
         fields["max_attempts"] = _attempts(doc["max_attempts"])
     if "env" in doc:
-        fields["env"] = {**defaults.env, **_env(doc["env"])}
+        fields["env"] = request.check_size({**defaults.env, **_env(doc["env"])})
     if "cwd" in doc:
         fields["cwd"] = request.directory("cwd", _string("cwd", doc["cwd"]))
     if "payload" in doc or "payload_base64" in doc:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 # Imports used by one command only are made inside it: `taskq submit` starts
 # as a new process for every task, and its start-up time is its throughput.
-from taskq import __version__, errors, fsutil, request
+from taskq import __version__, errors, fsutil, request, submitter
 from taskq.clock import wall_us
 from taskq.defaults import default_host_id, default_spool
 from taskq.errors import BadInput, Conflict, NotFound, TaskqError, WaitTimeout
@@ -59,7 +60,13 @@ def cli(ctx: click.Context, spool: str | None) -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
-@click.option("--at", "at", metavar="WHEN", help="ISO-8601 time (no offset = UTC), @EPOCH or now.")
+@click.option(
+    "--at",
+    "at",
+    metavar="WHEN",
+    help="at(1)-style time (09:00, 9:00 tomorrow, now + 2 hours, noon...), ISO-8601 "
+    "(no offset = local time), @EPOCH or now.",
+)
 @click.option(
     "--in",
     "in_",
@@ -100,7 +107,13 @@ def cli(ctx: click.Context, spool: str | None) -> None:
     type=ENV_VAR,
     multiple=True,
     metavar="K=V",
-    help="Set a variable for the command (repeatable).",
+    help="Set a variable for the command (repeatable); overrides the recorded one.",
+)
+@click.option(
+    "--no-env",
+    is_flag=True,
+    help="Record neither the environment nor the umask: the command gets PATH, --env "
+    "and the daemon's umask.",
 )
 @click.option(
     "--cwd", type=click.Path(file_okay=False), help="Working directory [default: the current one]."
@@ -167,13 +180,17 @@ def _request(opts: dict[str, Any], now: int) -> request.Request:
     return request.Request(
         run_at=request.run_at(opts["at"], opts["in_"], now),
         cwd=request.directory("--cwd", os.path.abspath(opts["cwd"] or os.getcwd())),
-        env=request.environment(opts["env"]),
+        env=request.environment(
+            opts["env"], None if opts["no_env"] else submitter.record(os.environ)
+        ),
         queue=check_queue(opts["queue"]),
         key=opts["key"],
         max_attempts=opts["max_attempts"],
         timeout=opts["timeout"],
         expires=opts["expires"],
         stdin=_read_stdin() if opts["use_stdin"] else None,
+        umask=None if opts["no_env"] else submitter.umask(),
+        env_recorded=not opts["no_env"],
     )
 
 
@@ -384,6 +401,27 @@ def _body_or_none(spool: Spool, found: Located) -> TaskBody | None:
         return None
 
 
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def _time_format(command: _Command) -> _Command:
+    """The --local/--utc option of a command that prints instants."""
+    return click.option(
+        "--local/--utc",
+        "local",
+        default=None,
+        help="Print times as local time with its offset, or as UTC "
+        "[default: TASKQ_TIMEFMT, else utc]; --json is always UTC.",
+    )(command)
+
+
+def _stamp(local: bool | None) -> Callable[[int], str]:
+    """How this command prints instants (zones.stamp); the zone is read only for --local."""
+    from taskq import zones
+
+    return zones.stamp(local, os.environ)
+
+
 @cli.command(name="ls")
 @click.option(
     "--state",
@@ -392,11 +430,13 @@ def _body_or_none(spool: Spool, found: Located) -> TaskBody | None:
     help="Only tasks in this state (repeatable).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@_time_format
 @click.pass_context
-def ls_(ctx: click.Context, state: tuple[str, ...], as_json: bool) -> None:
+def ls_(ctx: click.Context, state: tuple[str, ...], as_json: bool, local: bool | None) -> None:
     """List tasks, one line each, by state then run_at."""
     from taskq.render import summary, table
 
+    stamp = _stamp(local)
     spool = _spool(ctx)
     rows = []
     for st in state or STATES:
@@ -405,23 +445,30 @@ def ls_(ctx: click.Context, state: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=1))
     elif rows:
-        click.echo(table(rows))
+        click.echo(table(rows, stamp))
 
 
 @cli.command()
 @click.argument("task_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.option(
+    "--env", "env", is_flag=True, help="Print the task's variables (NAME=VALUE a line), only."
+)
+@_time_format
 @click.pass_context
-def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
-    """Show a task: its request, state and every attempt."""
-    from taskq.render import describe, detail
+def show(ctx: click.Context, task_id: str, as_json: bool, env: bool, local: bool | None) -> None:
+    """Show a task: its request, recorded environment, state and every attempt."""
+    from taskq import journal
+    from taskq.render import describe, detail, env_lines
 
+    stamp = _stamp(local)
     spool = _spool(ctx)
     found, body = spool.load(task_id)
-    from taskq import journal
-
+    if env:
+        click.echo(json.dumps(body.env, indent=1) if as_json else env_lines(body.env))
+        return
     doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))
-    click.echo(json.dumps(doc, indent=1) if as_json else describe(doc))
+    click.echo(json.dumps(doc, indent=1) if as_json else describe(doc, stamp))
 
 
 @cli.command()
@@ -462,11 +509,13 @@ def logs(ctx: click.Context, task_id: str, attempt: int | None, follow: bool) ->
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@_time_format
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
+def status(ctx: click.Context, as_json: bool, local: bool | None) -> None:
     """Show the daemons on this spool: dispatching or not, clock uncertainty, load."""
     from taskq import status as health
 
+    stamp = _stamp(local)
     run_dir = _spool(ctx).run
     records = health.read_all(run_dir)
     for r in records:
@@ -477,23 +526,25 @@ def status(ctx: click.Context, as_json: bool) -> None:
     from taskq.render import daemon_line
 
     for r in records:
-        click.echo(daemon_line(r))
+        click.echo(daemon_line(r, stamp))
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@_time_format
 @click.pass_context
-def stats(ctx: click.Context, as_json: bool) -> None:
+def stats(ctx: click.Context, as_json: bool, local: bool | None) -> None:
     """Counts per state and queue, the overdue backlog, lateness and daemons."""
     from taskq import stats as report
 
+    stamp = _stamp(local)
     doc = report.collect(_spool(ctx), wall_us(), default_host_id())
     if as_json:
         click.echo(json.dumps(doc, indent=1))
         return
     from taskq.render import stats_text
 
-    click.echo(stats_text(doc))
+    click.echo(stats_text(doc, stamp))
 
 
 @cli.command()
@@ -562,15 +613,19 @@ def cancel(ctx: click.Context, task_id: str) -> None:
 @click.argument("task_id", metavar="ID")
 @click.option("--at", "at", metavar="WHEN", help="The new run time.")
 @click.option("--in", "in_", type=DURATION, metavar="DURATION", help="The new run time, from now.")
+@_time_format
 @click.pass_context
-def reschedule(ctx: click.Context, task_id: str, at: str | None, in_: int | None) -> None:
+def reschedule(
+    ctx: click.Context, task_id: str, at: str | None, in_: int | None, local: bool | None
+) -> None:
     """Move a pending task to another run time (a claim racing it wins or loses whole)."""
     from taskq import operations
 
     if at is None and in_ is None:
         raise BadInput("give --at WHEN or --in DURATION")
+    stamp = _stamp(local)
     name = operations.reschedule(_spool(ctx), task_id, request.run_at(at, in_, wall_us()))
-    click.echo(f"rescheduled {name.id} to {format_iso(name.run_at)}")
+    click.echo(f"rescheduled {name.id} to {stamp(name.run_at)}")
 
 
 @cli.command()
@@ -579,13 +634,17 @@ def reschedule(ctx: click.Context, task_id: str, at: str | None, in_: int | None
 @click.option(
     "--in", "in_", type=DURATION, metavar="DURATION", help="Run the new attempt after DURATION."
 )
+@_time_format
 @click.pass_context
-def retry(ctx: click.Context, task_id: str, at: str | None, in_: int | None) -> None:
+def retry(
+    ctx: click.Context, task_id: str, at: str | None, in_: int | None, local: bool | None
+) -> None:
     """Move a failed task back to pending, with a fresh budget of attempts."""
     from taskq import operations
 
+    stamp = _stamp(local)
     name = operations.retry(_spool(ctx), task_id, request.run_at(at, in_, wall_us()))
-    click.echo(f"retrying {name.id} as attempt {name.attempt} at {format_iso(name.run_at)}")
+    click.echo(f"retrying {name.id} as attempt {name.attempt} at {stamp(name.run_at)}")
 
 
 @cli.command()

@@ -1,14 +1,30 @@
-"""Turn spool lookups into what the CLI prints: tables and JSON objects."""
+"""Turn spool lookups into what the CLI prints: tables and JSON objects.
+
+JSON is always UTC (ISO-8601, Z); the text forms print instants through a
+stamp, UTC by default or local with its offset (--local, TASKQ_TIMEFMT).
+"""
 
 from __future__ import annotations
 
+import re
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from taskq import journal
 from taskq.spool import Located
 from taskq.task import TaskBody
-from taskq.timespec import SECOND, format_duration, format_iso
+from taskq.timespec import SECOND, format_duration, format_iso, parse_when
+
+Stamp = Callable[[int], str]  # an instant as text: format_iso, or zones.format_local
+_INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+
+
+def restamp(text: str, stamp: Stamp) -> str:
+    """text with every UTC instant in it (as taskq writes them) shown through stamp."""
+    if stamp is format_iso:
+        return text
+    return _INSTANT.sub(lambda m: stamp(parse_when(m.group(0), 0)), text)
 
 
 def summary(found: Located, body: TaskBody | None) -> dict[str, Any]:
@@ -36,6 +52,8 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
         timeout=None if body.timeout is None else body.timeout / SECOND,
         expires=None if body.expires is None else body.expires / SECOND,
         stdin_bytes=None if body.stdin is None else len(body.stdin),
+        umask=None if body.umask is None else f"{body.umask:04o}",
+        env_recorded=body.env_recorded,
         expired=journal.expired(records),
         budget_from=journal.budget_start(records, found.name.attempt),
         path=found.path,
@@ -47,13 +65,13 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
     return doc
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]], stamp: Stamp = format_iso) -> str:
     """An aligned table like atq's: id, state, run_at, attempt, queue, command."""
     header = ("ID", "STATE", "RUN_AT", "TRY", "QUEUE", "COMMAND")
     lines = [header]
     for r in rows:
         command = shlex.join(r["command"]).replace("\n", "\\n") if r["command"] else "?"
-        run_at = r["run_at"][:23] + "Z"
+        run_at = re.sub(r"(\.\d{3})\d{3}", r"\1", restamp(r["run_at"], stamp))  # milliseconds
         lines.append((r["id"], r["state"], run_at, str(r["attempt"]), r["queue"] or "?", command))
     widths = [max(len(line[i]) for line in lines) for i in range(5)]
     return "\n".join(
@@ -62,7 +80,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def stats_text(doc: dict[str, Any]) -> str:
+def stats_text(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:
     """The human form of stats: a state-by-queue table, backlog, lateness, daemons."""
     queues = sorted({q for per in doc["counts"].values() for q in per})
     rows = [("STATE", "TOTAL", *queues)]
@@ -87,41 +105,58 @@ def stats_text(doc: dict[str, Any]) -> str:
             f"{k} {format_duration(round(late[k] * SECOND))}" for k in ("p50", "p90", "p99", "max")
         )
         out.append(f"lateness of the last {late['attempts']} attempts: {parts}")
-    out.extend(f"daemon {daemon_line(r)}" for r in doc["daemons"])
+    out.extend(f"daemon {daemon_line(r, stamp)}" for r in doc["daemons"])
     return "\n".join(out)
 
 
-def daemon_line(r: dict[str, Any]) -> str:
+def daemon_line(r: dict[str, Any], stamp: Stamp = format_iso) -> str:
     """One daemon's health record on one line, as `taskq status` prints it."""
     state = "dispatching" if r.get("dispatching") else f"NOT dispatching ({r.get('reason')})"
     if r.get("alive") is False:
         state = "NOT running (stale record of a daemon that died)"
+    updated = restamp(str(r.get("updated_at")), stamp)
     return (
         f"{r.get('owner')}: {state}; clock uncertainty {r.get('uncertainty', 0):.6f}s "
         f"(offset {r.get('offset', 0):+.6f}s, max {r.get('max_uncertainty')}s); "
-        f"{r.get('busy')}/{r.get('workers')} workers busy; updated {r.get('updated_at')}"
+        f"{r.get('busy')}/{r.get('workers')} workers busy; updated {updated}"
     )
 
 
-def describe(doc: dict[str, Any]) -> str:
+def describe(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:
     """The human form of show: fields, then one line per journal record."""
     state = doc["state"] + (" (expired)" if doc["expired"] else "")
     fields = [
         ("id", doc["id"]),
         ("state", state),
         ("command", shlex.join(doc["command"])),
-        ("run_at", doc["run_at"]),
-        ("submitted", doc["submitted_at"]),
+        ("run_at", restamp(doc["run_at"], stamp)),
+        ("submitted", restamp(doc["submitted_at"], stamp)),
         ("queue", doc["queue"]),
         ("attempt", _attempt_text(doc)),
         ("cwd", doc["cwd"]),
+        ("env", _env_text(doc)),
+        ("umask", doc["umask"] or "not recorded (the daemon's)"),
     ]
     for opt in ("key", "timeout", "expires", "owner", "lease_expiry"):
         if doc.get(opt) is not None:
-            fields.append((opt, str(doc[opt])))
+            fields.append((opt, restamp(str(doc[opt]), stamp)))
     out = [f"{k + ':':<11}{v}" for k, v in fields]
-    out.extend(_journal_line(r) for r in doc["attempts"])
+    out.extend(restamp(_journal_line(r), stamp) for r in doc["attempts"])
     return "\n".join(out)
+
+
+def _env_text(doc: dict[str, Any]) -> str:
+    """What the env field holds: recorded at submit, or only PATH and --env."""
+    count = len(doc["env"])
+    noun = "variable" if count == 1 else "variables"
+    if doc["env_recorded"]:
+        return f"{count} {noun}, recorded at submit (taskq show --env ID prints them)"
+    return f"not recorded (--no-env): {count} {noun}, PATH and --env (taskq show --env ID)"
+
+
+def env_lines(env: dict[str, str]) -> str:
+    """A task's variables, one NAME=VALUE a line, each value quoted for sh(1) if it needs it."""
+    return "\n".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
 
 
 def _attempt_text(doc: dict[str, Any]) -> str:

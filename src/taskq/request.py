@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from taskq.errors import BadInput
@@ -37,6 +37,7 @@ from taskq.timespec import parse_when
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_ATTEMPTS = 1000  # the largest --max-attempts a request may ask for
+MAX_ENV = 256 << 10  # bytes of NAME=VALUE\0 a task's environment may take in its body
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,15 @@ class Request:
     timeout: int | None = None  # microseconds
     expires: int | None = None  # microseconds after run_at
     stdin: bytes | None = None
+    umask: int | None = None  # the submitter's (submitter.umask), or None: the daemon's
+    env_recorded: bool = False  # env starts from the submitter's (submitter.record)
 
     def body(self, argv: Sequence[str], now: int) -> TaskBody:
         """The task body asking to run argv so, submitted now, with a fresh id."""
-        fields = dataclasses.asdict(self)
+        # Shallow: asdict's deep copy of a recorded environment cost a batch
+        # five times its parsing.
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["env"] = dict(self.env)
         body = TaskBody(id=new_id(now), argv=list(argv), submitted_at=now, **fields)
         accepted(body)
         return body
@@ -120,9 +126,22 @@ def positive(what: str, us: int) -> int:
     return us
 
 
-def environment(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """A task's variables: the default PATH, then the given NAME=VALUE pairs over it."""
-    return {"PATH": DEFAULT_PATH, **dict(pairs)}
+def environment(
+    pairs: Iterable[tuple[str, str]], recorded: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A task's variables: the default PATH, the recorded ones, then the pairs; within MAX_ENV."""
+    return check_size({"PATH": DEFAULT_PATH, **(recorded or {}), **dict(pairs)})
+
+
+def check_size(env: Mapping[str, str]) -> dict[str, str]:
+    """env, if it fits in MAX_ENV bytes; BadInput otherwise (nothing is submitted)."""
+    size = sum(len(f"{k}={v}".encode(errors="surrogatepass")) + 1 for k, v in env.items())
+    if size > MAX_ENV:
+        raise BadInput(
+            f"the task's environment is {size} bytes, over the limit of {MAX_ENV}: "
+            "unset some variables, or give --no-env"
+        )
+    return dict(env)
 
 
 def env_name(name: str) -> bool:

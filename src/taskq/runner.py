@@ -27,7 +27,8 @@ from taskq.task import TaskBody, TaskName
 from taskq.timespec import format_iso
 
 # $1 is the status descriptor's number (3 when posix_spawn put it there; as
-# inherited otherwise), $2 the working directory, the rest the command. The
+# inherited otherwise), $2 the working directory, $3 the umask ("-": keep the
+# daemon's), the rest the command. The
 # command does not inherit the status descriptor, so only the supervisor
 # holds the status lock. The supervisor catches SIGTERM (sent to the whole
 # group on timeout or cancel) so that it outlives the command and records
@@ -38,6 +39,7 @@ from taskq.timespec import format_iso
 SUPERVISOR = (
     'trap : TERM; [ "$1" = 3 ] || eval "exec 3>&$1 $1>&-"; shift; echo S >&3; '
     'cd -- "$1" || { echo 126 >&3; exit 126; }; shift; '
+    '[ "$1" = - ] || umask "$1" || { echo 126 >&3; exit 126; }; shift; '
     '"$@" 3>&-; s=$?; echo $s >&3; exit $s'
 )
 SH = "/bin/sh"
@@ -72,7 +74,13 @@ def _identity(uid: int) -> dict[str, str]:
 def task_env(
     body: TaskBody, name: TaskName, spool_root: str, run_at: int, user: RunAs | None = None
 ) -> dict[str, str]:
-    """The child's environment: the body's env, identity, and TASKQ_* facts."""
+    """The child's environment: the body's env, identity, and TASKQ_* facts.
+
+    Recorded variables never decide whom the task runs as (the owner of its
+    file does); for another user's task the passwd entry's HOME, USER and
+    LOGNAME, and SHELL=/bin/sh, replace what the body recorded. PATH is the
+    body's (recorded, or the default). TASKQ_* are always the daemon's.
+    """
     env = dict(body.env)
     if user is not None and user.switch:
         # Another user's task: its identity, not the daemon's, as login would set it.
@@ -112,7 +120,7 @@ def spawn(
             os.fchown(out_fd, user.uid, user.gid)
             os.fchown(status_fd, user.uid, user.gid)
             return _spawn_as(user, body, env, in_fd, out_fd, status_fd)
-        argv = [SH, "-c", SUPERVISOR, "taskq-attempt", "3", body.cwd, *body.argv]
+        argv = [SH, "-c", SUPERVISOR, "taskq-attempt", "3", body.cwd, _umask(body), *body.argv]
         pid = os.posix_spawn(
             SH,
             argv,
@@ -130,6 +138,11 @@ def spawn(
         for fd in (status_fd, out_fd, in_fd):
             os.close(fd)
     return Spawned(pid, proc_start_time(pid))
+
+
+def _umask(body: TaskBody) -> str:
+    """The supervisor's umask argument: the recorded mask in octal, or '-' for none."""
+    return "-" if body.umask is None else f"{body.umask:04o}"
 
 
 class AttemptBusy(OSError):
@@ -162,7 +175,7 @@ def _spawn_as(
     """Start another user's attempt: new session, its groups, gid and uid, all in C."""
     slot = status_slot()
     os.dup2(status_fd, slot, inheritable=False)  # sh names descriptors 0-9 only
-    argv = [SH, "-c", SUPERVISOR, "taskq-attempt", str(slot), body.cwd, *body.argv]
+    argv = [SH, "-c", SUPERVISOR, "taskq-attempt", str(slot), body.cwd, _umask(body), *body.argv]
     try:
         child = _popen_as(user, argv, env, in_fd, out_fd, slot)
     finally:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from taskq.errors import BadInput, CorruptFile
@@ -188,6 +189,8 @@ class TaskBody:
     timeout: int | None = None  # microseconds
     expires: int | None = None  # microseconds after run_at
     stdin: bytes | None = None
+    umask: int | None = None  # the submitter's; None: the daemon's
+    env_recorded: bool = False  # env holds the submitter's environment (not --no-env)
 
     def to_json(self) -> bytes:
         """Serialise to the on-disk JSON form (documented in taskq-spool(5))."""
@@ -205,6 +208,8 @@ class TaskBody:
             "run_at": format_iso(self.run_at),
             "submitted_at": format_iso(self.submitted_at),
             "stdin": None if self.stdin is None else base64.b64encode(self.stdin).decode(),
+            "umask": None if self.umask is None else f"{self.umask:04o}",
+            "env_recorded": self.env_recorded,
         }
         return (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode()
 
@@ -242,10 +247,24 @@ class TaskBody:
             max_attempts=_positive_int(doc, "max_attempts"),
             timeout=_opt_us(doc, "timeout"),
             expires=_opt_us(doc, "expires"),
-            run_at=parse_when(_str(doc, "run_at"), 0),
-            submitted_at=parse_when(_str(doc, "submitted_at"), 0),
+            # The spool is UTC: a hand-written time without an offset is read
+            # as UTC, never in the zone of whichever daemon reads it.
+            run_at=parse_when(_str(doc, "run_at"), 0, UTC),
+            submitted_at=parse_when(_str(doc, "submitted_at"), 0, UTC),
             stdin=None if stdin is None else base64.b64decode(_str(doc, "stdin"), validate=True),
+            umask=_umask(doc),
+            env_recorded=doc.get("env_recorded") is True,
         )
+
+
+def _umask(doc: dict[str, Any]) -> int | None:
+    """The recorded umask: absent, null, or octal text such as "0022"."""
+    text = _opt_str(doc, "umask")
+    if text is None:
+        return None
+    if not re.fullmatch(r"0?[0-7]{1,3}", text):
+        raise CorruptFile(f"bad task body: umask {text!r} is not an octal mask")
+    return int(text, 8)
 
 
 def _secs(us: int | None) -> float | None:

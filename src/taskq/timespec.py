@@ -7,7 +7,7 @@ totally ordered and free of float rounding. Durations are microseconds too.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
 from taskq.errors import BadInput
 
@@ -62,29 +62,123 @@ def within_limit(us: int, text: object) -> int:
     return us
 
 
-def parse_when(text: str, now: int) -> int:
-    """Parse an instant: ISO-8601 (no offset means UTC), '@EPOCH[.frac]' or 'now'."""
-    s = text.strip()
-    if s.lower() == "now":
-        return now
+def parse_when(text: str, now: int, zone: tzinfo | None = None) -> int:
+    """Parse an instant as at(1) users type it, or ISO-8601, '@EPOCH[.frac]' or 'now'.
+
+    A time without an offset is a wall time in zone (default: the local zone,
+    zones.local_zone), resolved here, once. The forms: HH:MM[:SS] (the next
+    such time), noon, midnight, teatime (16:00), each optionally with today,
+    tomorrow or YYYY-MM-DD (before or after it); ISO-8601; and any of these
+    followed by '+ N minutes|hours|days|weeks'. Minutes and hours add elapsed
+    time; days and weeks add calendar days and keep the wall time, as at(1).
+    """
+    s = " ".join(text.split())
     m = _EPOCH.fullmatch(s)
     if m:
         frac = m.group(2) or ""
         us = int(m.group(1)) * SECOND + (int(frac.ljust(6, "0")[:6]) if frac else 0)
         return _check_range(us, text)
+    base, amount, unit = _increment(s)
+    if base.lower() == "now" and unit not in ("day", "week"):
+        return _check_range(now + amount * _UNIT_US.get(unit or "", 0), text)
     try:
-        dt = datetime.fromisoformat(_trim_fraction(s))
-    except ValueError:
-        raise BadInput(
-            f"bad time {text!r}: use ISO-8601 (2026-12-01T09:00:00Z), @EPOCH or now"
-        ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    try:
-        us = datetime_to_us(dt)
+        return _check_range(_resolve(base, amount, unit, now, zone), text)
+    except _Bad as e:
+        raise BadInput(f"bad time {text!r}: {e}") from None
     except OverflowError:
         raise BadInput(f"time {text!r} is out of range (1970 to 9999)") from None
-    return _check_range(us, text)
+
+
+class _Bad(BadInput):
+    """What is wrong with a time; parse_when names the time it was given."""
+
+
+_UNIT_US = {"minute": MINUTE, "hour": HOUR}
+_INCREMENT = re.compile(r"(.*?) ?\+ ?(\d{1,7}) ?(minute|min|hour|day|week)s?", re.IGNORECASE)
+_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+_NAMED = {"noon": "12:00", "midnight": "00:00", "teatime": "16:00"}
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_HELP = (
+    "use HH:MM[:SS] [today|tomorrow|YYYY-MM-DD], noon, midnight, teatime, "
+    "now + N minutes|hours|days|weeks, ISO-8601 or @EPOCH"
+)
+
+
+def _increment(s: str) -> tuple[str, int, str | None]:
+    """Split '+ N unit' off the end: (the base, N, the unit), or (s, 0, None)."""
+    m = _INCREMENT.fullmatch(s)
+    if m is None:
+        return s, 0, None
+    unit = m.group(3).lower()
+    return m.group(1), int(m.group(2)), "minute" if unit == "min" else unit
+
+
+def _resolve(base: str, amount: int, unit: str | None, now: int, zone: tzinfo | None) -> int:
+    """The instant of base plus the increment; naive times are wall times in zone."""
+    days = timedelta(days=amount * {"day": 1, "week": 7}.get(unit or "", 0))
+    elapsed = amount * _UNIT_US.get(unit or "", 0)
+    iso = _iso(base)
+    if iso is not None and iso.tzinfo is not None:
+        return datetime_to_us(iso + days) + elapsed
+    from taskq import zones
+
+    zone = zone if zone is not None else zones.local_zone()
+    local_now = zones.wall_now(now, zone)
+    if iso is not None:
+        wall = iso
+    elif base.lower() == "now":
+        wall = local_now
+    else:
+        wall = _wall(base, local_now)
+    return zones.resolve(wall + days, zone) + elapsed
+
+
+def _iso(base: str) -> datetime | None:
+    """An ISO-8601 date or time (aware or naive); None if base is not one."""
+    try:
+        return datetime.fromisoformat(_trim_fraction(base))
+    except ValueError:
+        return None
+
+
+def _wall(base: str, local_now: datetime) -> datetime:
+    """The naive wall time of an at-style time: a time of day, perhaps with a day."""
+    clock: str | None = None
+    day: str | None = None
+    for word in base.lower().split():
+        word = _NAMED.get(word, word)
+        if _CLOCK.fullmatch(word) and clock is None:
+            clock = word
+        elif (word in ("today", "tomorrow") or _DATE.fullmatch(word)) and day is None:
+            day = word
+        else:
+            raise _Bad(_HELP)
+    if clock is None:
+        raise _Bad(_HELP)
+    return _on_day(_time_of_day(clock), day, local_now)
+
+
+def _time_of_day(clock: str) -> time:
+    m = _CLOCK.fullmatch(clock)
+    assert m is not None
+    try:
+        return time(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    except ValueError:
+        raise _Bad(f"no time of day {clock}") from None
+
+
+def _on_day(at: time, day: str | None, local_now: datetime) -> datetime:
+    """at on the day named; with none, the next such time (the current minute counts)."""
+    if day is None:
+        wall = datetime.combine(local_now.date(), at)
+        current = local_now.replace(second=0 if at.second == 0 else local_now.second, microsecond=0)
+        return wall if wall >= current else wall + timedelta(days=1)
+    if day in ("today", "tomorrow"):
+        return datetime.combine(local_now.date() + timedelta(days=day == "tomorrow"), at)
+    try:
+        return datetime.combine(date.fromisoformat(day), at)
+    except ValueError:
+        raise _Bad(f"no day {day}") from None
 
 
 def _trim_fraction(s: str) -> str:
