@@ -28,6 +28,7 @@ from taskq.dispatch import Dispatcher, QueueCaps
 from taskq.faults import crash_point
 from taskq.health import Health, Snapshot
 from taskq.housekeeping import Housekeeper
+from taskq.materialise import Materialiser
 from taskq.policy import Backoff
 from taskq.recovery import Recovery
 from taskq.settings import Settings
@@ -89,6 +90,7 @@ class Daemon:
             self._measured,
         )
         self.starter = Starter(crew, self.attempts, self.guard.check)
+        self.schedules = Materialiser(spool)
 
     def _requeued(self, name: TaskName) -> None:
         self.dispatcher.index.push(name)
@@ -155,6 +157,8 @@ class Daemon:
         self._settle_finished(now)
         self._keep_claims(now)
         if not self.stopping:
+            if self.guard.ok:  # a pass decides by the clock: only a trusted one
+                self.schedules.tick(now, self.bell_rang)
             self._find_due_work(now)
         self.commit.commit()
         if self.prepared:
@@ -263,6 +267,8 @@ class Daemon:
     def _dispatch_deadlines(self, mono: int) -> list[int]:
         index = self.dispatcher.index
         out = [self.next["rescan"]]
+        if self.guard.ok:
+            out.append(mono + self.schedules.due_at - self.clock.now())
         if not index and index.more_beyond:
             out.append(mono)  # the index ran dry: load the next bucket now
         if mono < self.starter.paused_until:
