@@ -4,6 +4,7 @@ over a real spool, making exactly the slots the calendar says, one ahead."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,8 +21,8 @@ from taskq.task import TaskBody, new_id
 from taskq.timespec import HOUR, MINUTE, SECOND, datetime_to_us, format_iso
 
 
-def utc(*args: int) -> int:
-    return datetime_to_us(datetime(*args, tzinfo=UTC))  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
+    return datetime_to_us(datetime(year, month, day, hour, minute, second, tzinfo=UTC))
 
 
 def iso(us: list[int]) -> list[str]:
@@ -127,10 +128,10 @@ def test_every_is_an_exact_interval_across_dst() -> None:
     anchor = utc(2026, 3, 28, 23, 17, 5)
     spec = Spec(cron=None, every=HOUR, tz="Europe/Berlin", anchor=anchor)
     slots = spec.upcoming(utc(2026, 3, 29), 6)
-    assert [b - a for a, b in zip(slots, slots[1:], strict=False)] == [HOUR] * 5
+    assert [b - a for a, b in itertools.pairwise(slots)] == [HOUR] * 5
     assert all((s - anchor) % HOUR == 0 for s in slots)
     autumn = spec.upcoming(utc(2026, 10, 25), 6)
-    assert [b - a for a, b in zip(autumn, autumn[1:], strict=False)] == [HOUR] * 5
+    assert [b - a for a, b in itertools.pairwise(autumn)] == [HOUR] * 5
 
 
 def test_start_and_end_bound_the_slots() -> None:
