@@ -112,11 +112,22 @@ def _catch_up(p: Pass, sched: Schedule, state: State) -> None:
     if count == 0:
         return
     kept = missed[-keep:] if keep else []
-    # The occurrence made ahead fell due with the rest: it is the oldest missed.
-    ahead = state.cursor_task
-    if ahead is not None and count >= keep and _cancel_if_pending(p, ahead):
-        p.store.log(sched.name, "skipped", p.now, slot=format_iso(state.cursor), why="catchup")
-        state.cursor_task = None
+    # Occurrences made before the downtime and not started fell due with
+    # the rest: they are the oldest missed slots, kept only if room is left.
+    waiting = [
+        t
+        for t in (state.prev_task, state.cursor_task)
+        if t is not None and t != state.held and _pending(p, t) is not None
+    ]
+    for task in waiting[: max(0, len(waiting) - max(0, keep - count))]:
+        dest = _cancel_if_pending(p, task)
+        if dest is not None:
+            nominal = _slot_of(p, dest)
+            p.store.log(sched.name, "skipped", p.now, slot=nominal, task=_id(task), why="catchup")
+            if task == state.cursor_task:
+                state.cursor_task = None
+            if task == state.prev_task:
+                state.prev_task = None
     if state.cursor_task is not None:
         state.prev_task = state.cursor_task
     skipped = [s for s in missed if s not in kept]
@@ -155,7 +166,7 @@ def _judge(p: Pass, sched: Schedule, state: State, paused: bool) -> None:
     state.checked = True
     slot = format_iso(state.cursor)
     if paused:
-        if _cancel_if_pending(p, state.cursor_task):
+        if _cancel_if_pending(p, state.cursor_task) is not None:
             p.store.log(sched.name, "skipped", p.now, slot=slot, why="paused")
             state.cursor_task = None
         return
@@ -171,7 +182,7 @@ def _judge(p: Pass, sched: Schedule, state: State, paused: bool) -> None:
             p.store.log(sched.name, "queued", p.now, slot=slot, behind=behind)
             state.held, state.held_behind, state.cursor_task = held, behind, held
         return
-    if _cancel_if_pending(p, state.cursor_task):
+    if _cancel_if_pending(p, state.cursor_task) is not None:
         p.store.log(sched.name, "skipped", p.now, slot=slot, why="overlap", behind=behind)
         state.cursor_task = None
 
@@ -236,23 +247,31 @@ def _pending(p: Pass, name: str) -> tuple[TaskName, str] | None:
     return (task, path) if os.path.exists(path) else None
 
 
-def _cancel_if_pending(p: Pass, name: str) -> bool:
-    """Cancel an occurrence still pending under this name; False if it moved on."""
+def _slot_of(p: Pass, path: str) -> str | None:
+    """The slot an occurrence's body names (TASKQ_SCHEDULED_AT)."""
+    try:
+        return p.spool.read_body(path).env.get("TASKQ_SCHEDULED_AT")
+    except (TaskqError, OSError):
+        return None
+
+
+def _cancel_if_pending(p: Pass, name: str) -> str | None:
+    """Cancel an occurrence still pending under this name; its new path, None if it moved on."""
     found = _pending(p, name)
     if found is None:
-        return False
+        return None
     task, path = found
     from taskq.spool import Located
 
     try:
         dest = transitions.cancel(p.spool, Located("pending", path, task))
     except FileNotFoundError:
-        return False  # claimed meanwhile: it runs
+        return None  # claimed meanwhile: it runs
     fsutil.fsync_dir(os.path.dirname(path))
     fsutil.fsync_dir(os.path.dirname(dest))
     log_dir = p.spool.log_dir(task.id)
     journal.append(log_dir, "cancelled", p.now, attempt=task.attempt, by="schedule")
-    return True
+    return dest
 
 
 def _reschedule_if_pending(p: Pass, name: str, run_at: int) -> str | None:
@@ -320,7 +339,7 @@ def retire(store: Store, name: str, now: int) -> list[str]:
     out = []
     for task in {state.cursor_task, state.held} - {None}:
         assert task is not None
-        if not _cancel_if_pending(p, task):
+        if _cancel_if_pending(p, task) is None:
             continue
         tid = _id(task)
         out.append(str(tid))
