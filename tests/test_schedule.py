@@ -311,3 +311,21 @@ def _p99(values: list[float]) -> float:
 
 def _slots(first: float, end: float) -> set[int]:
     return set(range(int(first) + 1, int(end)))
+
+
+def test_a_bad_schedule_file_is_quarantined_and_the_daemon_carries_on(
+    tq: Taskq, tmp_path: Path, start_daemon: Callable[..., Daemon]
+) -> None:
+    stamps = tmp_path / "stamps"
+    tq.run("schedule", "add", "good", "--every", "1s", "--", *slot_cmd(stamps))
+    bad = tq.spool / "schedules" / "bad"
+    bad.mkdir()
+    (bad / "schedule.json").write_text('{"version": 1, "name": "bad", "cron": "61 * * * *"}\n')
+    daemon = start_daemon()
+    wait_for(lambda: list((tq.spool / "corrupt").glob("*schedule.json.reason")), 60, "quarantine")
+    reason = next((tq.spool / "corrupt").glob("*schedule.json.reason")).read_text()
+    assert "bad minute field" in reason or "bad schedule" in reason
+    seen = len(runs(stamps))
+    wait_for(lambda: len(runs(stamps)) > seen + 1, 60, "the good schedule to go on")
+    assert daemon.proc.poll() is None
+    assert [r["name"] for r in json.loads(tq.run("schedule", "ls", "--json").stdout)] == ["good"]

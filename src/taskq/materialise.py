@@ -202,11 +202,10 @@ def _release(p: Pass, sched: Schedule, state: State) -> None:
 
 
 def _top_up(p: Pass, sched: Schedule, state: State) -> None:
-    """Once the next slot is due (or none is made yet), make the one after it."""
-    first = state.cursor_task is None and state.cursor < sched.since
-    if state.cursor > p.now and not first:
-        return
-    slot = sched.spec.after(max(state.cursor, p.now) if not first else state.cursor)
+    """Once the cursor slot is due, make the first slot after now (catch-up took the rest)."""
+    if state.cursor > p.now:
+        return  # the next one is made, or decided, ahead
+    slot = sched.spec.after(max(p.now, sched.since - 1))
     if slot is None:
         return
     if state.cursor_task is not None:
