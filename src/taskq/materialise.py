@@ -41,6 +41,7 @@ HELD_AT = MAX_INSTANT  # a queued occurrence waits here until the one before it 
 REFRESH = 5 * SECOND  # passes at least this often: schedules added on other hosts
 HELD_POLL = 250 * MS  # how often a queued occurrence's predecessor is looked at
 RING_GAP = 200 * MS  # passes caused by the doorbell are at least this far apart
+BUSY_WAIT = SECOND  # a pass waits at most this long for prepared attempts to start
 LISTED = 10  # skipped slots journalled one by one; more are one range record
 
 
@@ -294,12 +295,19 @@ class Materialiser:
         self.store = Store(spool)
         self.due_at = 0  # wall instant of the next pass
         self.last = -RING_GAP
+        self.passed = False  # a first pass is made before the daemon's first dispatch
 
-    def tick(self, now: int, rang: bool) -> None:
-        """Pass over the schedules if one needs it now, or the doorbell rang."""
+    def tick(self, now: int, rang: bool, busy: bool = False) -> None:
+        """Pass over the schedules if one needs it now, or the doorbell rang.
+
+        busy: attempts wait to start at their instant, and a pass (a few
+        fsyncs) would delay them; it waits, up to BUSY_WAIT past its time.
+        """
         if now < self.due_at and not (rang and now >= self.last + RING_GAP):
             return
-        self.last = now
+        if busy and self.passed and now < self.due_at + BUSY_WAIT:
+            return
+        self.last, self.passed = now, True
         p = Pass(self.store, now, running_ids(self.store.spool))
         due = now + REFRESH
         for name in self.store.names():
@@ -307,6 +315,10 @@ class Materialiser:
             if nxt is not None:
                 due = min(due, nxt)
         self.due_at = due
+
+    def wake_at(self, busy: bool) -> int:
+        """The wall instant the loop must wake for the next pass (see tick's busy)."""
+        return self.due_at + (BUSY_WAIT if busy and self.passed else 0)
 
     def _one(self, p: Pass, name: str) -> int | None:
         path = os.path.join(self.store.dir(name), "schedule.json")
