@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import itertools
 import re
-from datetime import UTC, datetime
+import zoneinfo
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from cronsim import CronSim
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from taskq import materialise
 from taskq.errors import BadInput
@@ -18,7 +22,7 @@ from taskq.slots import Spec, check_cron, check_zone
 from taskq.spool import Spool
 from taskq.submit import key_path, read_key
 from taskq.task import TaskBody, new_id
-from taskq.timespec import HOUR, MINUTE, SECOND, datetime_to_us, format_iso
+from taskq.timespec import HOUR, MINUTE, SECOND, datetime_to_us, format_iso, us_to_datetime
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
@@ -236,3 +240,37 @@ def test_a_clock_walked_through_dst_makes_each_slot_once_and_one_ahead(
     assert _made(spool, "walk", expected) == expected
     pending = [found.name.run_at for found in spool.iter_state("pending")]
     assert pending == expected  # one task per slot, at its slot
+
+
+# -- properties ----------------------------------------------------------------
+
+ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "UTC"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    minute=st.sampled_from(["0", "30", "*/15", "5,45", "*"]),
+    hour=st.sampled_from(["*", "1", "2", "1-3", "*/2"]),
+    zone=st.sampled_from(ZONES),
+    start=st.integers(utc(2026, 3, 1), utc(2026, 11, 30)),
+)
+def test_slots_increase_and_each_wall_time_runs_at_most_once(
+    minute: str, hour: str, zone: str, start: int
+) -> None:
+    spec = cron(f"{minute} {hour} * * *", zone)
+    slots = spec.upcoming(start, 40)
+    assert slots and slots[0] > start
+    assert all(a < b for a, b in itertools.pairwise(slots))
+    tz = zoneinfo.ZoneInfo(zone)
+    walls = [us_to_datetime(s).astimezone(tz).replace(tzinfo=None) for s in slots]
+    probe = CronSim(f"{minute} {hour} * * *", walls[0] - timedelta(minutes=1))
+    wanted = set()
+    for wall in probe:
+        if wall > walls[-1]:
+            break
+        wanted.add(wall)
+    for slot, wall in zip(slots, walls, strict=True):
+        # on its wall time, or the end of a gap that swallowed a wanted time
+        before = us_to_datetime(slot - 1).astimezone(tz).replace(tzinfo=None)
+        assert wall in wanted or before + timedelta(microseconds=1) < wall
+    assert len(set(walls)) == len(walls)  # a repeated wall time runs once
