@@ -22,7 +22,15 @@ from taskq.slots import Spec, check_cron, check_zone
 from taskq.spool import Spool
 from taskq.submit import key_path, read_key
 from taskq.task import TaskBody, new_id
-from taskq.timespec import HOUR, MINUTE, SECOND, datetime_to_us, format_iso, us_to_datetime
+from taskq.timespec import (
+    HOUR,
+    MINUTE,
+    SECOND,
+    datetime_to_us,
+    format_iso,
+    parse_when,
+    us_to_datetime,
+)
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
@@ -274,3 +282,21 @@ def test_slots_increase_and_each_wall_time_runs_at_most_once(
         before = us_to_datetime(slot - 1).astimezone(tz).replace(tzinfo=None)
         assert wall in wanted or before + timedelta(microseconds=1) < wall
     assert len(set(walls)) == len(walls)  # a repeated wall time runs once
+
+
+def test_jitter_delays_the_run_never_the_slot(tmp_path: Path) -> None:
+    spool = Spool(str(tmp_path / "spool"))
+    spool.init()
+    store = Store(spool)
+    now = utc(2026, 6, 1) + 1
+    spec = Spec(cron=None, every=MINUTE, tz="UTC", anchor=utc(2026, 6, 1))
+    task = TaskBody(id=new_id(now), argv=["true"], run_at=now, submitted_at=now, cwd="/")
+    sched = Schedule("j", spec, "latest", "skip", 30 * SECOND, task, now, now)
+    store.create(sched, False)
+    for slot in spec.upcoming(now, 20):
+        materialise.advance(materialise.Pass(store, slot, frozenset()), sched)
+    for found in spool.iter_state("pending"):
+        body = spool.read_body(found.path)
+        nominal = parse_when(body.env["TASKQ_SCHEDULED_AT"], 0)
+        assert nominal <= found.name.run_at < nominal + 30 * SECOND
+        assert body.key == f"j@{format_iso(nominal)}"
