@@ -57,6 +57,8 @@ def test_every_example_is_tested() -> None:
         "backup-at-night.sh",
         "delete-later.sh",
         "retry-webhook.sh",
+        "from-crontab.sh",
+        "from-systemd-timer.sh",
     }
     assert {p.name for p in EXAMPLES.glob("*.sh")} == tested
 
@@ -190,3 +192,38 @@ def test_retry_webhook(
     tq.wait_state(task_id, ("done",))
     assert Hook.calls == [(task_id, "1", payload), (task_id, "2", payload)]
     assert "delivered: HTTP 204" in tq.run("logs", task_id).stdout.decode()
+
+
+def test_from_crontab(
+    tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
+) -> None:
+    out = tmp_path / "ran"
+    line = f'30 2 * * *   echo "ran for $TASKQ_SCHEDULED_AT" >> {out}'
+    run_example("from-crontab.sh", "nightly", line, "--tz", "Europe/Berlin")
+    doc = json.loads(tq.run("schedule", "show", "--json", "nightly").stdout)
+    assert doc["cron"] == "30 2 * * *" and doc["tz"] == "Europe/Berlin"
+    assert doc["task"]["argv"] == ["sh", "-c", f'echo "ran for $TASKQ_SCHEDULED_AT" >> {out}']
+    assert doc["task"]["cwd"] == str(tmp_path)  # cron's: the home directory
+    run_example("from-crontab.sh", "hourly", f"@hourly date >> {out}")
+    hourly = json.loads(tq.run("schedule", "show", "--json", "hourly").stdout)
+    assert hourly["cron"] == "0 * * * *" and hourly["task"]["argv"][2] == f"date >> {out}"
+    task = doc["occurrences"][0]["task"]
+    tq.run("reschedule", task, "--in", "0s")
+    start_daemon()
+    tq.wait_state(task, ("done",))
+    assert out.read_text() == f"ran for {doc['occurrences'][0]['slot']}\n"
+
+
+def test_from_systemd_timer(tq: Taskq, run_example: RunExample) -> None:
+    run_example("from-systemd-timer.sh", "true")
+    doc = json.loads(tq.run("schedule", "show", "--json", "report").stdout)
+    assert (doc["cron"], doc["tz"], doc["catchup"], doc["overlap"]) == (
+        "30 7 * * 1-5",
+        "America/New_York",
+        "latest",
+        "skip",
+    )
+    assert doc["jitter"] == 120 and doc["task"]["timeout"] == 900
+    assert doc["task"]["argv"] == ["true"]
+    slot = doc["occurrences"][0]["slot"]
+    assert slot.endswith(("T11:30:00.000000Z", "T12:30:00.000000Z"))  # 07:30 EDT or EST

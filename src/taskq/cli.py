@@ -670,6 +670,13 @@ def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | None) -> 
     ctx.exit(errors.wait_status(results))
 
 
+# -- schedule (its own module) -----------------------------------------------
+
+from taskq.cli_schedule import schedule  # noqa: E402 - registered on the group above
+
+cli.add_command(schedule)
+
+
 # -- entry point -------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from taskq.dispatch import Dispatcher, QueueCaps
 from taskq.faults import crash_point
 from taskq.health import Health, Snapshot
 from taskq.housekeeping import Housekeeper
+from taskq.materialise import Materialiser
 from taskq.policy import Backoff
 from taskq.recovery import Recovery
 from taskq.settings import Settings
@@ -89,6 +90,7 @@ class Daemon:
             self._measured,
         )
         self.starter = Starter(crew, self.attempts, self.guard.check)
+        self.schedules = Materialiser(spool)
 
     def _requeued(self, name: TaskName) -> None:
         self.dispatcher.index.push(name)
@@ -155,12 +157,17 @@ class Daemon:
         now = self._guard_clock()
         self._settle_finished(now)
         self._keep_claims(now)
+        rang = self.bell_rang
         if not self.stopping:
+            if not self.schedules.passed:
+                self._pass_schedules(now, rang)  # catch-up decides before the first dispatch
             self._find_due_work(now)
         self.commit.commit()
         if self.prepared:
             crash_point("daemon.committed")
             self.prepared = self.starter.start_due(self.prepared)
+        if not self.stopping:
+            self._pass_schedules(self.clock.now(), rang)  # after the starts it could delay
         self.health.tell_systemd(self._snapshot(), self.clock.mono(), self.cfg.workers)
         self._sleep()
 
@@ -209,6 +216,11 @@ class Daemon:
         if free > 0:
             caps = self._caps()
             self.prepared += self.dispatcher.claim_due(now, free, caps)
+
+    def _pass_schedules(self, now: int, rang: bool) -> None:
+        """Keep every schedule's next occurrence made; only on a trusted clock."""
+        if self.guard.ok:
+            self.schedules.tick(now, rang, busy=bool(self.prepared))
 
     def _caps(self) -> QueueCaps:
         busy = [r.body.queue for r in self.attempts.all()]
@@ -264,6 +276,9 @@ class Daemon:
     def _dispatch_deadlines(self, mono: int) -> list[int]:
         index = self.dispatcher.index
         out = [self.next["rescan"]]
+        if self.guard.ok:
+            wake_at = self.schedules.wake_at(busy=bool(self.prepared))
+            out.append(mono + wake_at - self.clock.now())
         if not index and index.more_beyond:
             out.append(mono)  # the index ran dry: load the next bucket now
         if mono < self.starter.paused_until:

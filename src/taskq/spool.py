@@ -29,6 +29,7 @@ SUBDIRS = (
     "logs",
     "keys",
     "run",
+    "schedules",
 )
 STATES = ("pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
 _PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
@@ -78,6 +79,7 @@ class Spool:
     logs: str
     keys: str
     run: str
+    schedules: str
 
     def init(self) -> None:
         """Create the layout (idempotent), with permissions for one owner."""
