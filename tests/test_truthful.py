@@ -218,6 +218,7 @@ def test_a_late_end_after_a_takeover_does_not_change_the_outcome(
     doc = tq.show(task_id)
     assert [r["attempt"] for r in events(doc, "end")] == [1, 2]  # one end per attempt
     assert tq.run("wait", task_id, check=False).returncode == 3
+    assert doc["exit_status"] == 3  # show reads the outcome as wait does
     assert "after its lease was lost" in a.text()
     gate.touch()
     a.stop()

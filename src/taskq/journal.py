@@ -147,6 +147,14 @@ def last_end(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return best
 
 
+def exit_status(records: list[dict[str, Any]]) -> int | None:
+    """The task's last exit status, as a shell reports it (128+N for signal N); None if none."""
+    last = last_end(records)
+    if last is None or not isinstance(last.get("exit_status", last.get("signal")), int):
+        return None
+    return int(last["exit_status"]) if "exit_status" in last else 128 + int(last["signal"])
+
+
 def revoke(log_dir: str, event: str, written: int) -> None:
     """Cancel a record written ahead of a rename that then lost its race."""
     append(log_dir, "revoked", written, revokes=f"{event}@{format_iso(written)}")

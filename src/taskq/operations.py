@@ -189,10 +189,7 @@ def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[L
 def outcome(spool: Spool, found: Located) -> tuple[str, int | None]:
     """How an ended task ended: (done|failed|expired|cancelled, last exit status)."""
     records = journal.read(spool.log_dir(found.name.id))
-    last = journal.last_end(records)
-    status = None
-    if last is not None:
-        status = last.get("exit_status", 128 + last["signal"] if "signal" in last else None)
+    status = journal.exit_status(records)
     if found.state == "failed" and journal.expired(records):
         return "expired", status
     return found.state, status

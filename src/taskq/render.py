@@ -55,6 +55,7 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
         umask=None if body.umask is None else f"{body.umask:04o}",
         env_recorded=body.env_recorded,
         expired=journal.expired(records),
+        exit_status=journal.exit_status(records),
         budget_from=journal.budget_start(records, found.name.attempt),
         path=found.path,
         attempts=records,
