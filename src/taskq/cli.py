@@ -607,6 +607,45 @@ def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | None) -> 
     ctx.exit(errors.wait_status(results))
 
 
+# -- inside a task -----------------------------------------------------------
+
+
+@cli.command(name="fence-check")
+@click.option(
+    "--id", "task_id", envvar="TASKQ_ID", metavar="ID", help="The task [default: $TASKQ_ID]."
+)
+@click.option(
+    "--fence",
+    envvar="TASKQ_FENCE",
+    metavar="TOKEN",
+    help="The attempt's fencing token [default: $TASKQ_FENCE].",
+)
+@click.option(
+    "--host-id",
+    envvar="TASKQ_HOST",
+    metavar="ID",
+    help="The host id of the attempt's daemon [default: $TASKQ_HOST].",
+)
+@click.pass_context
+def fence_check(
+    ctx: click.Context, task_id: str | None, fence: str | None, host_id: str | None
+) -> None:
+    """Exit 0 only while the attempt with this fencing token still holds its claim."""
+    from taskq import fence as fencing
+
+    given = {
+        "--id/TASKQ_ID": task_id,
+        "--fence/TASKQ_FENCE": fence,
+        "--host-id/TASKQ_HOST": host_id,
+    }
+    missing = [name for name, value in given.items() if not value]
+    if missing:
+        raise BadInput(f"fence-check needs {', '.join(missing)}: run it from a task's attempt")
+    assert task_id is not None and fence is not None and host_id is not None
+    token = fencing.parse(fence)
+    fencing.check(_spool(ctx), check_id(task_id), token, host_id, wall_us())
+
+
 # -- entry point -------------------------------------------------------------
 
 

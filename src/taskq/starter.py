@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable
 
-from taskq import fsutil, journal, runner, transitions
+from taskq import fence, fsutil, journal, runner, transitions
 from taskq.attempts import Attempts, Prepared, Running
 from taskq.crew import Crew, Part
 from taskq.faults import crash_point
@@ -99,6 +99,7 @@ class Starter(Part):
         log_dir = self.spool.log_dir(body.id)
         scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
         env = runner.task_env(body, held.task, self.spool.root, scheduled, ready.user)
+        env.update(fence.environment(held))  # TASKQ_FENCE, from the claim as started
         now = self.clock.now()
         try:
             child = runner.spawn(body, held.task, log_dir, env, ready.user)
