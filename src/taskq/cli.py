@@ -19,7 +19,14 @@ from taskq import __version__, errors, fsutil, request
 from taskq.clock import wall_us
 from taskq.defaults import default_host_id, default_spool
 from taskq.errors import BadInput, Conflict, NotFound, TaskqError, WaitTimeout
-from taskq.params import DURATION, ENV_VAR, POSITIVE_DURATION, QUEUE_LIMIT, OptionError
+from taskq.params import (
+    DURATION,
+    ENV_VAR,
+    LISTEN,
+    POSITIVE_DURATION,
+    QUEUE_LIMIT,
+    OptionError,
+)
 from taskq.spool import STATES, Located, Spool
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
@@ -311,6 +318,18 @@ def _init(spool: Spool) -> None:
     type=DURATION,
     help="How long SIGTERM waits for running attempts.",
 )
+@click.option(
+    "--metrics-file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Write Prometheus metrics to FILE every few seconds (a node_exporter textfile).",
+)
+@click.option(
+    "--metrics-listen",
+    metavar="ADDRESS:PORT",
+    type=LISTEN,
+    help="Also serve the metrics over HTTP, e.g. 127.0.0.1:9464 (no authentication).",
+)
 @click.pass_context
 def daemon(ctx: click.Context, /, **opts: Any) -> None:
     """Run due tasks until SIGTERM or SIGINT (in the foreground unless --detach)."""
@@ -334,6 +353,8 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
         shutdown_grace=opts["shutdown_grace"],
         queue_limits=_queue_limits(opts["queue_limit"]),
         keep_done=None if opts["keep_done"] == "never" else parse_duration(opts["keep_done"]),
+        metrics_file=_metrics_file(opts["metrics_file"]),
+        metrics_listen=opts["metrics_listen"],
     )
     spool = _spool(ctx)
     _init(spool)
@@ -368,6 +389,19 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
 
 def _queue_limits(pairs: tuple[tuple[str, int], ...]) -> dict[str, int]:
     return dict(pairs)  # checked by params.QUEUE_LIMIT; the last of a name wins
+
+
+def _metrics_file(path: str | None) -> str | None:
+    """--metrics-file as an absolute path in a directory we may write (--detach chdirs to /)."""
+    if path is None:
+        return None
+    full = os.path.abspath(path)
+    directory = os.path.dirname(full)
+    if not os.path.isdir(directory):
+        raise BadInput(f"--metrics-file {path}: no directory {directory}")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BadInput(f"--metrics-file {path}: cannot write in {directory}")
+    return full
 
 
 # -- reading -----------------------------------------------------------------

@@ -25,9 +25,11 @@ from taskq.clockguard import ClockGuard
 from taskq.commit import GroupCommit
 from taskq.crew import Crew
 from taskq.dispatch import Dispatcher, QueueCaps
+from taskq.exporter import Exporter
 from taskq.faults import crash_point
 from taskq.health import Health, Snapshot
 from taskq.housekeeping import Housekeeper
+from taskq.metrics import Metrics
 from taskq.policy import Backoff
 from taskq.recovery import Recovery
 from taskq.settings import Settings
@@ -74,7 +76,16 @@ class Daemon:
         self.health = Health(spool.run, self.owner.host, self.owner.pid, _public(settings))
         self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
         backoff = Backoff(settings.retry_delay, settings.retry_cap)
-        self.settler = Settler(spool, self.commit, backoff, self._requeued)
+        self.metrics = Metrics(settings.host_id, spool.root, settings.workers)
+        self.exporter = Exporter(
+            self.metrics,
+            spool,
+            settings.host_id,
+            self.clock.now,
+            settings.metrics_file,
+            settings.metrics_listen,
+        )
+        self.settler = Settler(spool, self.commit, backoff, self._requeued, self.metrics.ended)
         crew = Crew(spool, self.owner, self.clock, settings.lease, self.commit, self.settler)
         self.dispatcher = Dispatcher(crew, config.load(spool.root).security)
         self.recovery = Recovery(crew, self.attempts)
@@ -88,7 +99,7 @@ class Daemon:
             settings.max_uncertainty,
             self._measured,
         )
-        self.starter = Starter(crew, self.attempts, self.guard.check)
+        self.starter = Starter(crew, self.attempts, self.guard.check, self.metrics.started)
 
     def _requeued(self, name: TaskName) -> None:
         self.dispatcher.index.push(name)
@@ -104,17 +115,19 @@ class Daemon:
         self.wake.install()
         runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
         self.housekeeper.start()
-        log.info(
-            "taskq daemon %s started on %s: %d workers, lease %s",
-            self.owner.host,
-            self.spool.root,
-            self.cfg.workers,
-            format_duration(self.cfg.lease),
-        )
         try:
+            self.exporter.start()  # counts off the loop: a long count never delays it
+            log.info(
+                "taskq daemon %s started on %s: %d workers, lease %s",
+                self.owner.host,
+                self.spool.root,
+                self.cfg.workers,
+                format_duration(self.cfg.lease),
+            )
             while not self._should_exit():
                 self._guarded_iteration()
         finally:
+            self.exporter.stop()
             self.housekeeper.stop()
             self.wake.close()
             self.attempts.close()
@@ -160,7 +173,9 @@ class Daemon:
         if self.prepared:
             crash_point("daemon.committed")
             self.prepared = self.starter.start_due(self.prepared)
-        self.health.tell_systemd(self._snapshot(), self.clock.mono(), self.cfg.workers)
+        snap, mono = self._snapshot(), self.clock.mono()
+        self.health.tell_systemd(snap, mono, self.cfg.workers)
+        self.metrics.looped(snap, paused=mono < self.starter.paused_until)
         self._sleep()
 
     def _guard_clock(self) -> int:

@@ -34,11 +34,13 @@ class Settler:
         commit: GroupCommit,
         backoff: policy.Backoff,
         requeued: Callable[[TaskName], None],
+        on_end: Callable[[int | None], None] = lambda code: None,
     ) -> None:
         self.spool = spool
         self.commit = commit
         self.backoff = backoff
         self.requeued = requeued  # a task went back to pending: the due index wants it
+        self.on_end = on_end  # an attempt ended with this status (the metrics count it)
 
     def note(self, held: ClaimName, event: str, now: int, **fields: Any) -> None:
         log_dir = self.spool.log_dir(held.task.id)
@@ -88,6 +90,7 @@ class Settler:
         if run.notes:
             fields["notes"] = run.notes
         journal.append(self.spool.log_dir(run.body.id), "end", now, **fields)
+        self.on_end(code)
         log.info("ended %s attempt %d: %s", run.body.id, run.claim.task.attempt, _outcome(fields))
         if not run.lost:
             self.after_attempt(run.claim, run.body, code, now)

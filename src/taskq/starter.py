@@ -31,10 +31,17 @@ FULL_PAUSE = 5 * SECOND  # no dispatching this long after the spool was full
 class Starter(Part):
     """Turns prepared claims into running attempts, at their instant."""
 
-    def __init__(self, crew: Crew, attempts: Attempts, remeasure: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        crew: Crew,
+        attempts: Attempts,
+        remeasure: Callable[[str], None],
+        on_start: Callable[[int, int], None] = lambda lateness, now: None,
+    ) -> None:
         super().__init__(crew)
         self.attempts = attempts
         self.remeasure = remeasure  # measure the clock again (after a step)
+        self.on_start = on_start  # an attempt started: (lateness, now), for the metrics
         self.paused_until = 0  # monotonic µs: no dispatching before (the spool was full)
 
     def start_due(self, prepared: list[Prepared]) -> list[Prepared]:
@@ -111,6 +118,7 @@ class Starter(Part):
             self._failed(ready, e, now)
             return
         lateness = now - held.task.run_at
+        self.on_start(lateness, now)
         journal.append(
             log_dir,
             "start",
@@ -146,4 +154,5 @@ class Starter(Part):
             return
         log.error("cannot start %s: %s", ready.body.id, e)
         self.settler.note(ready.claim, "spawn-failed", now, error=str(e))
+        self.settler.on_end(127)
         self.settler.after_attempt(ready.claim, ready.body, 127, now)
