@@ -2,9 +2,10 @@
 
 Counting a spool of a million tasks takes a while, and the loop must never
 wait for it: a loop held up past a lease renewal gets its attempts taken
-over and killed. So the count runs in this module's own thread, every
-EVERY, with `taskq stats`'s code (stats.collect), and hands its report to
-Metrics. The same thread then writes the node_exporter textfile
+over and killed. So this module's own thread asks for a count every EVERY
+and hands the report to Metrics; the counting itself, `taskq stats`'s code,
+runs in a child process (counting.py), where its CPU cannot hold the
+interpreter's lock against the loop. The same thread then writes the node_exporter textfile
 (--metrics-file): rendered by prometheus_client, written to a temporary
 name beside it and renamed over it, so a reader sees the old file or the
 new one, never half of one. It is mode 0644: node_exporter runs as
@@ -26,7 +27,8 @@ from typing import Any
 
 from prometheus_client import generate_latest, start_http_server
 
-from taskq import fsutil, stats
+from taskq import fsutil
+from taskq.counting import Counter
 from taskq.metrics import Metrics
 from taskq.spool import Spool
 from taskq.timespec import SECOND
@@ -50,8 +52,7 @@ class Exporter:
         listen: tuple[str, int] | None,
     ) -> None:
         self.metrics = metrics
-        self.spool = spool
-        self.host = host
+        self.counter = Counter(spool.root, host)
         self.wall = wall
         self.path = path
         self.listen = listen
@@ -98,12 +99,13 @@ class Exporter:
                 self._warn(f"cannot count the spool's tasks: {e}")
             self.write()
             self._stop.wait(EVERY / SECOND)
+        self.counter.close()
 
     def count(self) -> None:
-        """Count the spool as `taskq stats` does, and hand the report over."""
+        """Have the spool counted as `taskq stats` does, and hand the report over."""
         began = time.monotonic()
         now = self.wall()
-        report = stats.collect(self.spool, now, self.host)
+        report = self.counter.count(now)
         self.metrics.counted(report, now / SECOND, time.monotonic() - began)
 
     def write(self) -> None:
