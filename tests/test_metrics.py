@@ -4,6 +4,7 @@ and, where Debian's prometheus package provides it, against promtool."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -174,3 +175,28 @@ def test_a_taken_port_stops_the_daemon_with_a_message(tq: Taskq) -> None:
     assert out.returncode != 0
     assert f"cannot serve metrics on 127.0.0.1:{port}" in out.stderr.decode()
     assert list((tq.spool / "run").iterdir()) == [], "the daemon left nothing in run/"
+
+
+def test_the_counting_child_answers_as_stats_and_comes_back(tq: Taskq) -> None:
+    """The count runs in a child at a lower priority, and a dead child is replaced."""
+    from taskq import stats
+    from taskq.counting import NICE, Counter
+    from taskq.spool import Spool
+
+    for queue in ("a", "b", "b"):
+        tq.submit("--queue", queue, "--in", "1h", "--", "true")
+    spool, now = Spool(str(tq.spool)), time.time_ns() // 1000
+    counter = Counter(spool.root, "here")
+    try:
+        assert counter.count(now) == stats.collect(spool, now, "here")
+        child = counter._proc
+        assert child is not None
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == min(19, ours + NICE)
+        child.kill()
+        child.wait()
+        with pytest.raises(OSError, match="the counting process ended"):
+            counter.count(now)
+        assert counter.count(now)["counts"]["pending"] == {"a": 1, "b": 2}
+    finally:
+        counter.close()
