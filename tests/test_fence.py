@@ -118,6 +118,10 @@ def test_a_stale_attempt_fails_its_fence_check_after_a_takeover(
     stale, new = (int(_recorded(d / f"fence.{n}")[0]) for n in (1, 2))
     assert stale < new
     assert (fence.attempt_of(stale), fence.attempt_of(new)) == (1, 2)
+    # Continued, host-a finds its renewal refused and kills attempt 1.
+    first = next(r for r in tq.show(task_id)["attempts"] if r["event"] == "start")
+    proc = Path(f"/proc/{first['pid']}")
+    wait_for(lambda: not proc.exists(), 30, "host-a to kill the stale attempt")
 
 
 @pytest.mark.parametrize(
