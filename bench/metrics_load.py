@@ -6,8 +6,9 @@ Fills a temporary spool with STORED tasks due in the next 1,000 minutes
 (from an hour ahead), then twice starts a real daemon on it, once without
 and once with --metrics-file, and submits N tasks due 0.1 s apart. Prints,
 for each run, the lateness the daemon recorded for those tasks, and, with
-metrics, how long the exporter's count of the spool took (it runs in its
-own thread every 5 s, with `taskq stats`'s code, while the tasks run).
+metrics, how long the exporter's count of the spool took (every 5 s, with
+`taskq stats`'s code, in a child process at nice 10). With metrics, the
+tasks are submitted after the first count, so that they run beside later ones.
 """
 
 from __future__ import annotations
@@ -55,10 +56,24 @@ def lateness(spool: Path, ids: list[str]) -> list[float]:
     return out
 
 
-def run(env: dict[str, str], spool: Path, n: int, extra: list[str]) -> list[float]:
+def count_seconds(prom: Path | None) -> float | None:
+    """How long the exporter's last count took, once there was one."""
+    if prom is None or not prom.exists():
+        return None
+    for line in prom.read_text().splitlines():
+        if line.startswith("taskq_spool_count_duration_seconds"):
+            return float(line.split()[-1])
+    return None
+
+
+def run(env: dict[str, str], spool: Path, n: int, prom: Path | None) -> list[float]:
+    extra = [] if prom is None else ["--metrics-file", str(prom)]
     daemon = subprocess.Popen([*TASKQ, "daemon", *extra], env=env, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(6)  # past the first count, so that the tasks run beside later ones
+        time.sleep(6)
+        deadline = time.monotonic() + 600
+        while prom is not None and count_seconds(prom) is None and time.monotonic() < deadline:
+            time.sleep(0.5)  # past the first count, so that the tasks run beside later ones
         base = time.time() + 1.0
         lines = "".join(
             json.dumps({"command": ["true"], "run_at": f"@{base + i * 0.1:.6f}"}) + "\n"
@@ -87,15 +102,13 @@ def main() -> None:
         env = {**os.environ, "TASKQ_SPOOL": str(spool)}
         began = time.monotonic()
         fill(env, stored)
-        print(f"filled {stored} tasks in {time.monotonic() - began:.1f} s")
-        plain = run(env, spool, n, [])
-        print(f"without metrics: lateness {quantiles(plain)} ({len(plain)} tasks)")
+        print(f"filled {stored} tasks in {time.monotonic() - began:.1f} s", flush=True)
+        plain = run(env, spool, n, None)
+        print(f"without metrics: lateness {quantiles(plain)} ({len(plain)} tasks)", flush=True)
         prom = Path(tmp) / "taskq.prom"
-        with_metrics = run(env, spool, n, ["--metrics-file", str(prom)])
+        with_metrics = run(env, spool, n, prom)
         print(f"with metrics:    lateness {quantiles(with_metrics)} ({len(with_metrics)} tasks)")
-        for line in prom.read_text().splitlines():
-            if line.startswith("taskq_spool_count_duration_seconds"):
-                print(f"the exporter's last count took {float(line.split()[-1]):.3f} s")
+        print(f"the exporter's last count took {count_seconds(prom)} s", flush=True)
 
 
 if __name__ == "__main__":

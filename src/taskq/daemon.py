@@ -6,8 +6,9 @@ job: Wakeups (signals, the doorbell), Clock (now, and how far to trust it),
 Health (lock, status record, sd_notify), Dispatcher (due index, claim and
 prepare), Attempts (children and adopted orphans), Recovery (leases,
 takeover, adoption), Settler (moving a claim where policy says), GroupCommit
-(fsync what an iteration touched) and Housekeeper (tmp/ and retention, in a
-thread). The loop below only orders them. Transitions of one iteration are
+(fsync what an iteration touched), Housekeeper (tmp/ and retention, in a
+thread) and Metrics with its Exporter (figures for Prometheus; the spool is
+counted off the loop). The loop below only orders them. Transitions of one iteration are
 made durable together before any attempt they concern is started.
 """
 
