@@ -68,6 +68,8 @@ def test_fence_check_holds_during_each_attempt_and_grows_with_retries(
     assert tokens == sorted(set(tokens)), "strictly increasing"
     assert [fence.attempt_of(t) for t in tokens] == [1, 2, 3]
     assert _recorded(d / "fence.1")[1] == "host-a"
+    starts = [r for r in tq.show(task_id)["attempts"] if r["event"] == "start"]
+    assert [r["fence"] for r in starts] == tokens, "the journal records each token"
     # The task is done: the last attempt holds nothing any more.
     env = {"TASKQ_ID": task_id, "TASKQ_FENCE": str(tokens[2]), "TASKQ_HOST": "host-a"}
     tq.env.update(env)

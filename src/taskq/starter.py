@@ -130,6 +130,7 @@ class Starter(Part):
             daemon_pid=self.owner.pid,
             run_at=format_iso(held.task.run_at),
             lateness=lateness / SECOND,
+            fence=int(env["TASKQ_FENCE"]),
         )
         self.attempts.add_child(Running(held, body, child.pid, self.clock.mono()))
         log.info(
