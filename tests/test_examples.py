@@ -57,6 +57,7 @@ def test_every_example_is_tested() -> None:
         "backup-at-night.sh",
         "delete-later.sh",
         "retry-webhook.sh",
+        "fenced-append.sh",
     }
     assert {p.name for p in EXAMPLES.glob("*.sh")} == tested
 
