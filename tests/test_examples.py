@@ -59,6 +59,7 @@ def test_every_example_is_tested() -> None:
         "retry-webhook.sh",
         "from-crontab.sh",
         "from-systemd-timer.sh",
+        "fenced-append.sh",
     }
     assert {p.name for p in EXAMPLES.glob("*.sh")} == tested
 
@@ -227,3 +228,22 @@ def test_from_systemd_timer(tq: Taskq, run_example: RunExample) -> None:
     assert doc["task"]["argv"] == ["true"]
     slot = doc["occurrences"][0]["slot"]
     assert slot.endswith(("T11:30:00.000000Z", "T12:30:00.000000Z"))  # 07:30 EDT or EST
+
+
+def test_fenced_append_refuses_a_superseded_attempt(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    ledger, example = tmp_path / "ledger", str(EXAMPLES / "fenced-append.sh")
+    script = f'sh {example} {ledger} "attempt $TASKQ_ATTEMPT"; [ "$TASKQ_ATTEMPT" -ge 2 ]'
+    task_id = tq.submit("--", "sh", "-c", script)  # attempt 1 writes, then fails
+    start_daemon("--retry-delay", "0")
+    tq.wait_state(task_id, ("done",))
+    assert ledger.read_text() == "attempt 1\nattempt 2\n"
+    fences = [int(line.split()[1]) for line in Path(f"{ledger}.fences").read_text().splitlines()]
+    assert fences[0] < fences[1]
+    # Attempt 1's write arriving late, as from a daemon paused past its lease: refused.
+    env = {**os.environ, "TASKQ_ID": task_id, "TASKQ_FENCE": str(fences[0])}
+    late = subprocess.run(["sh", example, str(ledger), "late"], env=env, capture_output=True)
+    assert late.returncode == 4
+    assert b"refused: token" in late.stderr
+    assert ledger.read_text() == "attempt 1\nattempt 2\n"

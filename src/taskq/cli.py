@@ -20,7 +20,7 @@ from taskq import __version__, errors, fsutil, request, submitter
 from taskq.clock import wall_us
 from taskq.defaults import default_host_id, default_spool
 from taskq.errors import BadInput, Conflict, NotFound, TaskqError, WaitTimeout
-from taskq.params import DURATION, ENV_VAR, POSITIVE_DURATION, QUEUE_LIMIT
+from taskq.params import DURATION, ENV_VAR, LISTEN, POSITIVE_DURATION, QUEUE_LIMIT
 from taskq.spool import STATES, Located, Spool
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
@@ -331,6 +331,18 @@ def _init(spool: Spool) -> None:
     type=DURATION,
     help="How long SIGTERM waits for running attempts.",
 )
+@click.option(
+    "--metrics-file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Write Prometheus metrics to FILE every few seconds (a node_exporter textfile).",
+)
+@click.option(
+    "--metrics-listen",
+    metavar="ADDRESS:PORT",
+    type=LISTEN,
+    help="Also serve the metrics over HTTP, e.g. 127.0.0.1:9464 (no authentication).",
+)
 @click.pass_context
 def daemon(ctx: click.Context, /, **opts: Any) -> None:
     """Run due tasks until SIGTERM or SIGINT (in the foreground unless --detach)."""
@@ -354,6 +366,8 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
         shutdown_grace=opts["shutdown_grace"],
         queue_limits=_queue_limits(opts["queue_limit"]),
         keep_done=None if opts["keep_done"] == "never" else parse_duration(opts["keep_done"]),
+        metrics_file=_metrics_file(opts["metrics_file"]),
+        metrics_listen=opts["metrics_listen"],
     )
     cfg.check()
     spool = _spool(ctx)
@@ -389,6 +403,19 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
 
 def _queue_limits(pairs: tuple[tuple[str, int], ...]) -> dict[str, int]:
     return dict(pairs)  # checked by params.QUEUE_LIMIT; the last of a name wins
+
+
+def _metrics_file(path: str | None) -> str | None:
+    """--metrics-file as an absolute path in a directory we may write (--detach chdirs to /)."""
+    if path is None:
+        return None
+    full = os.path.abspath(path)
+    directory = os.path.dirname(full)
+    if not os.path.isdir(directory):
+        raise BadInput(f"--metrics-file {path}: no directory {directory}")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BadInput(f"--metrics-file {path}: cannot write in {directory}")
+    return full
 
 
 # -- reading -----------------------------------------------------------------
@@ -668,6 +695,45 @@ def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | None) -> 
     if len(results) < len(set(check_id(t) for t in task_ids)):
         raise WaitTimeout("wait timed out")
     ctx.exit(errors.wait_status(results))
+
+
+# -- inside a task -----------------------------------------------------------
+
+
+@cli.command(name="fence-check")
+@click.option(
+    "--id", "task_id", envvar="TASKQ_ID", metavar="ID", help="The task [default: $TASKQ_ID]."
+)
+@click.option(
+    "--fence",
+    envvar="TASKQ_FENCE",
+    metavar="TOKEN",
+    help="The attempt's fencing token [default: $TASKQ_FENCE].",
+)
+@click.option(
+    "--host-id",
+    envvar="TASKQ_HOST",
+    metavar="ID",
+    help="The host id of the attempt's daemon [default: $TASKQ_HOST].",
+)
+@click.pass_context
+def fence_check(
+    ctx: click.Context, task_id: str | None, fence: str | None, host_id: str | None
+) -> None:
+    """Exit 0 only while the attempt with this fencing token still holds its claim."""
+    from taskq import fence as fencing
+
+    given = {
+        "--id/TASKQ_ID": task_id,
+        "--fence/TASKQ_FENCE": fence,
+        "--host-id/TASKQ_HOST": host_id,
+    }
+    missing = [name for name, value in given.items() if not value]
+    if missing:
+        raise BadInput(f"fence-check needs {', '.join(missing)}: run it from a task's attempt")
+    assert task_id is not None and fence is not None and host_id is not None
+    token = fencing.parse(fence)
+    fencing.check(_spool(ctx), check_id(task_id), token, host_id, wall_us())
 
 
 # -- schedule (its own module) -----------------------------------------------

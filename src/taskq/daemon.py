@@ -6,8 +6,9 @@ job: Wakeups (signals, the doorbell), Clock (now, and how far to trust it),
 Health (lock, status record, sd_notify), Dispatcher (due index, claim and
 prepare), Attempts (children and adopted orphans), Recovery (leases,
 takeover, adoption), Settler (moving a claim where policy says), GroupCommit
-(fsync what an iteration touched) and Housekeeper (tmp/ and retention, in a
-thread). The loop below only orders them. Transitions of one iteration are
+(fsync what an iteration touched), Housekeeper (tmp/ and retention, in a
+thread) and Metrics with its Exporter (figures for Prometheus; the spool is
+counted off the loop). The loop below only orders them. Transitions of one iteration are
 made durable together before any attempt they concern is started.
 """
 
@@ -25,10 +26,12 @@ from taskq.clockguard import ClockGuard
 from taskq.commit import GroupCommit
 from taskq.crew import Crew
 from taskq.dispatch import Dispatcher, QueueCaps
+from taskq.exporter import Exporter
 from taskq.faults import crash_point
 from taskq.health import Health, Snapshot
 from taskq.housekeeping import Housekeeper
 from taskq.materialise import Materialiser
+from taskq.metrics import Metrics
 from taskq.policy import Backoff
 from taskq.recovery import Recovery
 from taskq.settings import Settings
@@ -75,7 +78,16 @@ class Daemon:
         self.health = Health(spool.run, self.owner.host, self.owner.pid, _public(settings))
         self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
         backoff = Backoff(settings.retry_delay, settings.retry_cap)
-        self.settler = Settler(spool, self.commit, backoff, self._requeued)
+        self.metrics = Metrics(settings.host_id, spool.root, settings.workers)
+        self.exporter = Exporter(
+            self.metrics,
+            spool,
+            settings.host_id,
+            self.clock.now,
+            settings.metrics_file,
+            settings.metrics_listen,
+        )
+        self.settler = Settler(spool, self.commit, backoff, self._requeued, self.metrics.ended)
         crew = Crew(spool, self.owner, self.clock, settings.lease, self.commit, self.settler)
         self.dispatcher = Dispatcher(crew, config.load(spool.root).security)
         self.recovery = Recovery(crew, self.attempts)
@@ -89,7 +101,7 @@ class Daemon:
             settings.max_uncertainty,
             self._measured,
         )
-        self.starter = Starter(crew, self.attempts, self.guard.check)
+        self.starter = Starter(crew, self.attempts, self.guard.check, self.metrics.started)
         self.schedules = Materialiser(spool)
 
     def _requeued(self, name: TaskName) -> None:
@@ -106,17 +118,19 @@ class Daemon:
         self.wake.install()
         runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
         self.housekeeper.start()
-        log.info(
-            "taskq daemon %s started on %s: %d workers, lease %s",
-            self.owner.host,
-            self.spool.root,
-            self.cfg.workers,
-            format_duration(self.cfg.lease),
-        )
         try:
+            self.exporter.start()  # counts off the loop: a long count never delays it
+            log.info(
+                "taskq daemon %s started on %s: %d workers, lease %s",
+                self.owner.host,
+                self.spool.root,
+                self.cfg.workers,
+                format_duration(self.cfg.lease),
+            )
             while not self._should_exit():
                 self._guarded_iteration()
         finally:
+            self.exporter.stop()
             self.housekeeper.stop()
             self.wake.close()
             self.attempts.close()
@@ -168,7 +182,9 @@ class Daemon:
             self.prepared = self.starter.start_due(self.prepared)
         if not self.stopping:
             self._pass_schedules(self.clock.now(), rang)  # after the starts it could delay
-        self.health.tell_systemd(self._snapshot(), self.clock.mono(), self.cfg.workers)
+        snap, mono = self._snapshot(), self.clock.mono()
+        self.health.tell_systemd(snap, mono, self.cfg.workers)
+        self.metrics.looped(snap, paused=mono < self.starter.paused_until)
         self._sleep()
 
     def _guard_clock(self) -> int:

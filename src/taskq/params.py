@@ -1,4 +1,4 @@
-"""Click parameter types for taskq's option values: durations and NAME=VALUE pairs.
+"""Click parameter types for taskq's option values: durations, NAME=VALUE pairs, addresses.
 
 Each converts the text of one option and, when it is bad, fails with a
 one-line message that names the option (exit status 2); the rules
@@ -100,7 +100,29 @@ class QueueLimit(_Type):
             self.fail(f"{_option(param)}: {e}", param, ctx)
 
 
+class Listen(_Type):
+    """ADDRESS:PORT to listen on, as (address, port); [ADDRESS]:PORT for IPv6."""
+
+    name = "ADDRESS:PORT"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        addr, sep, port = str(value).rpartition(":")
+        addr = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
+        if not sep or not addr or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+            self.fail(
+                f"bad {_option(param)} {value!r}: expected ADDRESS:PORT, e.g. 127.0.0.1:9464",
+                param,
+                ctx,
+            )
+        return addr, int(port)
+
+
 DURATION = Duration()
 POSITIVE_DURATION = Duration(positive=True)
 ENV_VAR = EnvVar()
 QUEUE_LIMIT = QueueLimit()
+LISTEN = Listen()

@@ -46,6 +46,8 @@ class Settings:
     clock_check: int = 10 * SECOND  # how often to measure the clock offset
     tmp_max_age: int = HOUR
     keep_done: int | None = 7 * DAY  # done/ retention, applied hourly; None keeps all
+    metrics_file: str | None = None  # a node_exporter textfile, rewritten every few seconds
+    metrics_listen: tuple[str, int] | None = None  # (address, port) to serve /metrics on
 
     def check(self) -> None:
         """Refuse a duration out of its range, naming the option and the range."""

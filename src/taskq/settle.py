@@ -34,11 +34,13 @@ class Settler:
         commit: GroupCommit,
         backoff: policy.Backoff,
         requeued: Callable[[TaskName], None],
+        on_end: Callable[[int | None], None] = lambda code: None,
     ) -> None:
         self.spool = spool
         self.commit = commit
         self.backoff = backoff
         self.requeued = requeued  # a task went back to pending: the due index wants it
+        self.on_end = on_end  # an attempt ended with this status (the metrics count it)
 
     def note(self, held: ClaimName, event: str, now: int, **fields: Any) -> None:
         log_dir = self.spool.log_dir(held.task.id)
@@ -99,6 +101,7 @@ class Settler:
             )
             return
         journal.append(log_dir, "end", now, **fields)
+        self.on_end(code)
         log.info("ended %s attempt %d: %s", run.body.id, attempt, _outcome(fields))
         self.after_attempt(run.claim, run.body, code, now)
 

@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable
 
-from taskq import fsutil, journal, runner, transitions
+from taskq import fence, fsutil, journal, runner, transitions
 from taskq.attempts import Attempts, Prepared, Running
 from taskq.crew import Crew, Part
 from taskq.faults import crash_point
@@ -31,10 +31,17 @@ FULL_PAUSE = 5 * SECOND  # no dispatching this long after the spool was full
 class Starter(Part):
     """Turns prepared claims into running attempts, at their instant."""
 
-    def __init__(self, crew: Crew, attempts: Attempts, remeasure: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        crew: Crew,
+        attempts: Attempts,
+        remeasure: Callable[[str], None],
+        on_start: Callable[[int, int], None] = lambda lateness, now: None,
+    ) -> None:
         super().__init__(crew)
         self.attempts = attempts
         self.remeasure = remeasure  # measure the clock again (after a step)
+        self.on_start = on_start  # an attempt started: (lateness, now), for the metrics
         self.paused_until = 0  # monotonic µs: no dispatching before (the spool was full)
 
     def start_due(self, prepared: list[Prepared]) -> list[Prepared]:
@@ -99,6 +106,7 @@ class Starter(Part):
         log_dir = self.spool.log_dir(body.id)
         scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
         env = runner.task_env(body, held.task, self.spool.root, scheduled, ready.user)
+        env.update(fence.environment(held))  # TASKQ_FENCE, from the claim as started
         now = self.clock.now()
         try:
             child = runner.spawn(body, held.task, log_dir, env, ready.user)
@@ -110,6 +118,7 @@ class Starter(Part):
             self._failed(ready, e, now)
             return
         lateness = now - held.task.run_at
+        self.on_start(lateness, now)
         journal.append(
             log_dir,
             "start",
@@ -121,6 +130,7 @@ class Starter(Part):
             daemon_pid=self.owner.pid,
             run_at=format_iso(held.task.run_at),
             lateness=lateness / SECOND,
+            fence=int(env["TASKQ_FENCE"]),
         )
         self.attempts.add_child(Running(held, body, child.pid, self.clock.mono()))
         log.info(
@@ -145,4 +155,5 @@ class Starter(Part):
             return
         log.error("cannot start %s: %s", ready.body.id, e)
         self.settler.note(ready.claim, "spawn-failed", now, error=str(e))
+        self.settler.on_end(127)
         self.settler.after_attempt(ready.claim, ready.body, 127, now)
