@@ -34,7 +34,9 @@ from taskq.timespec import SECOND, format_iso, parse_duration
 
 
 def _spool(ctx: click.Context) -> Spool:
-    return Spool(ctx.obj["spool"])
+    spool = Spool(ctx.obj["spool"])
+    spool.warn = lambda message: click.echo(f"taskq: warning: {message}", err=True)
+    return spool
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -335,7 +337,7 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
         queue_limits=_queue_limits(opts["queue_limit"]),
         keep_done=None if opts["keep_done"] == "never" else parse_duration(opts["keep_done"]),
     )
-    spool = _spool(ctx)
+    spool = Spool(ctx.obj["spool"])  # what it skips goes to its log
     _init(spool)
     log_file = os.path.abspath(opts["log_file"]) if opts["log_file"] else None
     syslog = opts["detach"] and log_file is None

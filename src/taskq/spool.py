@@ -8,8 +8,10 @@ transitions between states live in transitions.py; submission in submit.py.
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from taskq import fsutil
@@ -62,6 +64,10 @@ class Spool:
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
+        # Told once about each directory a lookup skips (see _entries); the
+        # CLI prints it, a daemon logs it.
+        self.warn: Callable[[str], None] = logging.getLogger("taskq").warning
+        self._warned: set[str] = set()
         for sub in SUBDIRS:
             setattr(self, sub, os.path.join(self.root, sub))
         self.doorbell = os.path.join(self.root, DOORBELL)
@@ -125,7 +131,23 @@ class Spool:
 
     def buckets(self) -> list[str]:
         """The pending buckets, oldest first (other names are ignored here)."""
-        return [b for b in fsutil.listdir(self.pending) if valid_bucket(b)]
+        return [b for b in self._entries(self.pending) if valid_bucket(b)]
+
+    def _entries(self, directory: str) -> list[str]:
+        """List a directory of tasks; one that cannot be read is skipped, with a warning.
+
+        In a shared spool a member may make a bucket private, or a link to a
+        directory others cannot read: that must not break everyone's lookups.
+        """
+        try:
+            if os.path.islink(directory):
+                raise OSError(errno.ELOOP, "a symbolic link, never followed")
+            return fsutil.listdir(directory)
+        except OSError as e:
+            if directory not in self._warned:
+                self._warned.add(directory)
+                self.warn(f"skipped {os.path.relpath(directory, self.root)}: {e.strerror}")
+            return []
 
     def iter_state(self, state: str) -> Iterator[Located]:
         """Yield the tasks in one state; names that do not parse are skipped."""
@@ -135,13 +157,13 @@ class Spool:
         elif state in _PHASE_OF:
             yield from self._iter_claimed(state)
         elif state == "done":
-            for day in fsutil.listdir(self.done):
+            for day in self._entries(self.done):
                 yield from self._iter_flat("done", os.path.join(self.done, day))
         else:
             yield from self._iter_flat(state, getattr(self, state))
 
     def _iter_flat(self, state: str, directory: str) -> Iterator[Located]:
-        for entry in fsutil.listdir(directory):
+        for entry in self._entries(directory):
             if stray(entry):
                 continue
             try:
@@ -152,7 +174,7 @@ class Spool:
 
     def _iter_claimed(self, state: str) -> Iterator[Located]:
         phase = _PHASE_OF[state]
-        for entry in fsutil.listdir(self.claimed):
+        for entry in self._entries(self.claimed):
             try:
                 claim = ClaimName.parse(entry)
             except ValueError:

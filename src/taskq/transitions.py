@@ -14,14 +14,18 @@ once (group commit) before anything that depends on them becomes visible.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import time
 from dataclasses import dataclass
 
 from taskq import fsutil
+from taskq.errors import CorruptFile
 from taskq.spool import Located, Spool
 from taskq.task import ClaimName, TaskName, day_of
 
 _MOVE_TRIES = 1000
+log = logging.getLogger("taskq")
 Touched = set[str]  # directories whose entries changed, to be fsynced together
 
 
@@ -34,22 +38,33 @@ class Owner:
 
 
 def _move(src: str, dest_dir: str, dest_name: str, touched: Touched | None) -> str:
-    """Rename src into dest_dir; recreate dest_dir if it vanished meanwhile."""
-    dest = os.path.join(dest_dir, dest_name)
+    """Rename src into dest_dir; recreate dest_dir if it vanished meanwhile.
+
+    dest_dir is opened without following a symbolic link (fsutil.open_dir),
+    and the rename lands in the directory opened: a spool member cannot
+    redirect it. CorruptFile says dest_dir is a link or no directory.
+    """
     for _ in range(_MOVE_TRIES):
         try:
-            fsutil.rename_cas(src, dest)
+            fd = fsutil.open_dir(dest_dir)
+        except FileNotFoundError:
+            if fsutil.ensure_dir(dest_dir) and touched is not None:
+                touched.add(os.path.dirname(dest_dir))  # a new directory's parent
+            continue
+        try:
+            fsutil.rename_cas(src, dest_name, dst_dir_fd=fd)
             break
         except FileNotFoundError:
             if not os.path.lexists(src):
                 raise
-            if fsutil.ensure_dir(dest_dir) and touched is not None:
-                touched.add(os.path.dirname(dest_dir))  # a new directory's parent
+            # dest_dir was removed after we opened it: make it again
+        finally:
+            os.close(fd)
     else:
         raise OSError(f"directory {dest_dir} keeps vanishing")
     if touched is not None:
         touched.update((os.path.dirname(src), dest_dir))
-    return dest
+    return os.path.join(dest_dir, dest_name)
 
 
 def claim_path(spool: Spool, claim: ClaimName) -> str:
@@ -66,7 +81,15 @@ def claim(
 ) -> ClaimName:
     """pending -> claimed: take a due task under a lease."""
     new = ClaimName(name, "claimed", expiry, owner.pid, owner.host)
-    fsutil.rename_cas(pending_path, claim_path(spool, new), unique=True)
+    # Through the bucket as opened now, never through a link put in its place
+    # since it was listed: CorruptFile if the bucket is a link.
+    bucket = fsutil.open_dir(os.path.dirname(pending_path))
+    try:
+        fsutil.rename_cas(
+            os.path.basename(pending_path), claim_path(spool, new), True, src_dir_fd=bucket
+        )
+    finally:
+        os.close(bucket)
     if touched is not None:
         touched.update((os.path.dirname(pending_path), spool.claimed))
     return new
@@ -132,7 +155,16 @@ def requeue(spool: Spool, found: Located, run_at: int, touched: Touched | None =
 
 
 def _to_pending(spool: Spool, src: str, name: TaskName, touched: Touched | None) -> TaskName:
-    _move(src, spool.bucket_dir(name.bucket), str(name), touched)
+    bucket = spool.bucket_dir(name.bucket)
+    try:
+        _move(src, bucket, str(name), touched)
+    except CorruptFile as e:
+        # A member put a link (or a file) where the bucket goes: set it
+        # aside, so that the task goes into a real bucket.
+        reason = f"{e}; set aside to put {name.id} back in pending"
+        if spool.quarantine(bucket, reason, time.time_ns() // 1000):
+            log.warning("quarantined pending/%s: %s", name.bucket, reason)
+        _move(src, bucket, str(name), touched)
     return name
 
 
