@@ -66,13 +66,13 @@ class DueIndex:
             if not valid_bucket(entry):
                 bad.append((path, "not a bucket name in pending/"))
                 continue
+            if future_loaded:
+                self.more_beyond = True
+                break
             hostile = bucket_problem(path)
             if hostile is not None:
                 bad.append((path, hostile))
                 continue
-            if future_loaded:
-                self.more_beyond = True
-                break
             before = len(entries)
             self._load_bucket(entry, path, entry < current, entries, bad)
             future_loaded = entry > current and len(entries) > before

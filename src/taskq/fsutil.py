@@ -95,11 +95,11 @@ def open_dir(path: str) -> int:
     try:
         return os.open(path, _DIR_FLAGS)
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise CorruptFile(f"{path} is a symbolic link") from None
-        if e.errno == errno.ENOTDIR:
-            raise CorruptFile(f"{path} is not a directory") from None
-        raise
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+    if stat.S_ISLNK(os.lstat(path).st_mode):  # (O_DIRECTORY makes a link ENOTDIR)
+        raise CorruptFile("is a symbolic link")
+    raise CorruptFile("is not a directory")
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
