@@ -285,8 +285,8 @@ def test_an_unreadable_bucket_breaks_no_ones_commands(
         assert f"skipped pending/{hidden}: Permission denied" in proc.stderr
         assert f"skipped pending/{linked}: a symbolic link, never followed" in proc.stderr
     # Members cannot cancel (cancelled/ is the daemon's); root's cancel skips the link too.
-    proc = shared.tq.run("cancel", mine)
-    assert f"skipped pending/{linked}: a symbolic link" in proc.stderr.decode()
+    cancelled = shared.tq.run("cancel", mine)
+    assert f"skipped pending/{linked}: a symbolic link" in cancelled.stderr.decode()
     assert shared.tq.state(mine) == "cancelled"
     assert shared.tq.state(other) == "pending"
     shared.start_daemon()
