@@ -140,8 +140,8 @@ def test_unwritable_spool_is_refused(tq: Taskq, request: pytest.FixtureRequest) 
         os.chown(tq.spool, 65534, 65534)
     env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
     proc = subprocess.run(
-        [*as_nobody(), *command, "submit", "--", "true"], env=env, capture_output=True
-    )
+        [*as_nobody(), *command, "submit", "--", "true"], env=env, capture_output=True, cwd="/"
+    )  # from /: the checkout may be a directory nobody cannot reach
     assert proc.returncode == 77, proc.stderr
     assert proc.stderr.startswith(b"taskq: ") and proc.stderr.count(b"\n") == 1
     assert len(pending_files(tq.spool)) == 1
