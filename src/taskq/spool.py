@@ -214,6 +214,23 @@ class Spool:
 
     # -- quarantine -----------------------------------------------------
 
+    def _rename_aside(self, path: str, dest: str) -> None:
+        """Rename path to dest through its directory as it is now, never through a link.
+
+        A member could swap a bucket for a link between our look and this
+        rename, to have root move a file of his choosing out of another
+        directory. (The spool directory itself may be a link.)
+        """
+        parent = os.path.dirname(path)
+        if parent == self.root:
+            fsutil.rename_cas(path, dest)
+            return
+        fd = fsutil.open_dir(parent)
+        try:
+            fsutil.rename_cas(os.path.basename(path), dest, src_dir_fd=fd)
+        finally:
+            os.close(fd)
+
     def quarantine(self, path: str, reason: str, now: int) -> str | None:
         """Move a bad file to corrupt/ with a .reason file beside it.
 
@@ -226,11 +243,11 @@ class Spool:
             if os.path.lexists(dest):
                 continue  # (renameat2 refuses a clash too, where it can)
             try:
-                fsutil.rename_cas(path, dest)
+                self._rename_aside(path, dest)
             except FileExistsError:
                 continue
-            except FileNotFoundError:
-                return None
+            except (FileNotFoundError, CorruptFile):
+                return None  # gone; or its bucket is a link now, set aside on its own
             crash_point("daemon.quarantined")
             # One line, whatever the name held: escape newlines and the like.
             line = f"{os.path.relpath(path, self.root)}: {reason}"

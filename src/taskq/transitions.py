@@ -14,6 +14,7 @@ once (group commit) before anything that depends on them becomes visible.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import time
@@ -40,10 +41,24 @@ class Owner:
 def _move(src: str, dest_dir: str, dest_name: str, touched: Touched | None) -> str:
     """Rename src into dest_dir; recreate dest_dir if it vanished meanwhile.
 
-    dest_dir is opened without following a symbolic link (fsutil.open_dir),
-    and the rename lands in the directory opened: a spool member cannot
-    redirect it. CorruptFile says dest_dir is a link or no directory.
+    Both directories are opened without following a symbolic link
+    (fsutil.open_dir), and the rename happens between the directories
+    opened: a spool member cannot redirect it by swapping a bucket for a
+    link. CorruptFile says one of them is a link or no directory.
     """
+    source = fsutil.open_dir(os.path.dirname(src))  # its bucket, as it is now
+    try:
+        _move_from(source, os.path.basename(src), dest_dir, dest_name, touched)
+    finally:
+        os.close(source)
+    if touched is not None:
+        touched.update((os.path.dirname(src), dest_dir))
+    return os.path.join(dest_dir, dest_name)
+
+
+def _move_from(
+    source: int, name: str, dest_dir: str, dest_name: str, touched: Touched | None
+) -> None:
     for _ in range(_MOVE_TRIES):
         try:
             fd = fsutil.open_dir(dest_dir)
@@ -52,19 +67,17 @@ def _move(src: str, dest_dir: str, dest_name: str, touched: Touched | None) -> s
                 touched.add(os.path.dirname(dest_dir))  # a new directory's parent
             continue
         try:
-            fsutil.rename_cas(src, dest_name, dst_dir_fd=fd)
-            break
+            fsutil.rename_cas(name, dest_name, src_dir_fd=source, dst_dir_fd=fd)
+            return
         except FileNotFoundError:
-            if not os.path.lexists(src):
-                raise
+            try:
+                os.lstat(name, dir_fd=source)
+            except FileNotFoundError:
+                raise FileNotFoundError(errno.ENOENT, "moved meanwhile", name) from None
             # dest_dir was removed after we opened it: make it again
         finally:
             os.close(fd)
-    else:
-        raise OSError(f"directory {dest_dir} keeps vanishing")
-    if touched is not None:
-        touched.update((os.path.dirname(src), dest_dir))
-    return os.path.join(dest_dir, dest_name)
+    raise OSError(f"directory {dest_dir} keeps vanishing")
 
 
 def claim_path(spool: Spool, claim: ClaimName) -> str:
@@ -159,6 +172,8 @@ def _to_pending(spool: Spool, src: str, name: TaskName, touched: Touched | None)
     try:
         _move(src, bucket, str(name), touched)
     except CorruptFile as e:
+        if not os.path.lexists(bucket) or (os.path.isdir(bucket) and not os.path.islink(bucket)):
+            raise  # the source's directory, not the bucket, is what is wrong
         # A member put a link (or a file) where the bucket goes: set it
         # aside, so that the task goes into a real bucket.
         reason = f"{e}; set aside to put {name.id} back in pending"
