@@ -182,12 +182,18 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
     and sticky bits included, so that the group can use (or read) it as it
     can its parent, and no member can remove another's files.
     """
-    try:
-        os.mkdir(path, mode)
-    except FileExistsError:
-        if os.path.islink(path) or not os.path.isdir(path):
-            raise CorruptFile(f"{path} exists and is not a directory") from None
-        return False
+    while True:
+        try:
+            os.mkdir(path, mode)
+            break
+        except FileExistsError:
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue  # removed meanwhile (a daemon removes emptied buckets): make it
+            if not stat.S_ISDIR(st.st_mode):
+                raise CorruptFile(f"{path} exists and is not a directory") from None
+            return False
     parent = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
     if parent & 0o070 and not parent & 0o007:
         # A shared spool's directory: open to its group, closed to others
