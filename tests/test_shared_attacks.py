@@ -291,3 +291,12 @@ def test_an_unreadable_bucket_breaks_no_ones_commands(
     assert shared.tq.state(other) == "pending"
     shared.start_daemon()
     assert "symbolic link" in shared.logged(f"quarantined pending/{linked}")
+
+
+def test_a_fifo_as_config_toml_hangs_no_command(tq: Taskq) -> None:
+    """Where root has not made config.toml, a member may make it a FIFO: refused, not waited on."""
+    tq.submit("--in", "1d", "--", "true")
+    os.mkfifo(tq.spool / "config.toml")
+    proc = tq.run("submit", "--", "true", check=False)  # (run() times out after 60 s)
+    assert proc.returncode == 78 and proc.stderr.count(b"\n") == 1
+    assert b"config.toml" in proc.stderr and b"not a regular file" in proc.stderr
