@@ -150,15 +150,24 @@ def _fresh(path: str, flags: int) -> int:
     Never through a link, never a FIFO or a device, never a file that holds
     anything: an attempt never appends to another's output (AttemptUsed).
     """
+    fd = _open_attempt_file(path, flags)
+    if os.fstat(fd).st_size:
+        os.close(fd)
+        raise AttemptUsed(errno.EEXIST, "the attempt's files exist and are not empty", path)
+    return fd
+
+
+def _open_attempt_file(path: str, flags: int) -> int:
+    """Create an attempt's file, or open the one there if it is a plain file (one link)."""
     try:
         return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         pass
     fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size:
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
         os.close(fd)
-        raise AttemptUsed(errno.EEXIST, "the attempt's files exist and are not empty", path)
+        raise AttemptUsed(errno.EEXIST, "the attempt's file is not a plain file", path)
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     return fd
 
@@ -171,13 +180,13 @@ def _lock_status(path: str) -> int:
     touch its status. A status that is not empty (and not locked) is an
     attempt that ran: AttemptUsed.
     """
-    fd = _fresh(path, os.O_RDWR)
+    fd = _open_attempt_file(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise AttemptBusy(errno.EBUSY, "another daemon runs this attempt", path) from None
-    if os.fstat(fd).st_size:  # it began between our open and our lock
+    if os.fstat(fd).st_size:
         os.close(fd)
         raise AttemptUsed(errno.EEXIST, "the attempt's status is not empty", path)
     return fd
