@@ -131,13 +131,15 @@ class Spool:
 
     def buckets(self) -> list[str]:
         """The pending buckets, oldest first (other names are ignored here)."""
-        return [b for b in self._entries(self.pending) if valid_bucket(b)]
+        return [b for b in fsutil.listdir(self.pending) if valid_bucket(b)]
 
     def _entries(self, directory: str) -> list[str]:
-        """List a directory of tasks; one that cannot be read is skipped, with a warning.
+        """List a bucket or a done/ day; one that cannot be read is skipped, with a warning.
 
         In a shared spool a member may make a bucket private, or a link to a
         directory others cannot read: that must not break everyone's lookups.
+        (The directories of the layout are not skipped: a spool one cannot
+        read is an error.)
         """
         try:
             if os.path.islink(directory):
@@ -153,17 +155,17 @@ class Spool:
         """Yield the tasks in one state; names that do not parse are skipped."""
         if state == "pending":
             for bucket in self.buckets():
-                yield from self._iter_flat("pending", self.bucket_dir(bucket))
+                yield from self._iter_flat("pending", self.bucket_dir(bucket), skip=True)
         elif state in _PHASE_OF:
             yield from self._iter_claimed(state)
         elif state == "done":
-            for day in self._entries(self.done):
-                yield from self._iter_flat("done", os.path.join(self.done, day))
+            for day in fsutil.listdir(self.done):
+                yield from self._iter_flat("done", os.path.join(self.done, day), skip=True)
         else:
             yield from self._iter_flat(state, getattr(self, state))
 
-    def _iter_flat(self, state: str, directory: str) -> Iterator[Located]:
-        for entry in self._entries(directory):
+    def _iter_flat(self, state: str, directory: str, skip: bool = False) -> Iterator[Located]:
+        for entry in self._entries(directory) if skip else fsutil.listdir(directory):
             if stray(entry):
                 continue
             try:
@@ -174,7 +176,7 @@ class Spool:
 
     def _iter_claimed(self, state: str) -> Iterator[Located]:
         phase = _PHASE_OF[state]
-        for entry in self._entries(self.claimed):
+        for entry in fsutil.listdir(self.claimed):
             try:
                 claim = ClaimName.parse(entry)
             except ValueError:
