@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -157,3 +160,79 @@ def read_stamps(stamps: Path) -> list[tuple[str, int, float]]:
         task_id, attempt, when = line.split()
         rows.append((task_id, int(attempt), float(when)))
     return rows
+
+
+def _runs_as_nobody(command: list[str]) -> bool:
+    """Whether an unprivileged user (nobody) can run `command --version`."""
+    probe = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command, "--version"]
+    try:
+        return subprocess.run(probe, capture_output=True, cwd="/", timeout=60).returncode == 0
+    except OSError:
+        return False
+
+
+def _public_copy(top: Path) -> list[str] | None:
+    """Copy taskq and its dependencies where anyone may read them; a launcher for it.
+
+    The checkout (and its venv) may live in a private directory, such as
+    root's 0700 home: throwaway users cannot reach it. The copy runs under an
+    interpreter of the same version that they can reach, if there is one.
+    """
+    from importlib import metadata
+
+    lib = top / "lib"
+    todo, seen = ["taskq"], set()
+    while todo:
+        dist = metadata.distribution(todo.pop())
+        if dist.metadata["Name"].lower() in seen:
+            continue
+        seen.add(dist.metadata["Name"].lower())
+        for req in dist.requires or []:
+            if "extra ==" not in req:
+                todo.append(re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0])
+        for f in dist.files or []:
+            src = Path(str(dist.locate_file(f)))
+            if src.suffix in (".py", ".so", ".typed") and src.is_file() and ".." not in f.parts:
+                (lib / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, lib / f)
+    import taskq  # an editable install lists no files: copy the package itself
+
+    shutil.copytree(Path(taskq.__file__).parent, lib / "taskq", dirs_exist_ok=True)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for python in (
+        os.path.realpath(getattr(sys, "_base_executable", sys.executable)),
+        f"/usr/bin/{version}",
+    ):
+        launcher = top / "taskq"
+        launcher.write_text(
+            f"#!{python}\nimport sys\nsys.path.insert(0, {str(lib)!r})\n"
+            "from taskq.cli import main\nmain()\n"
+        )
+        for path in (top, *top.rglob("*")):
+            path.chmod(0o755 if path.is_dir() or path == launcher else 0o644)
+        if _runs_as_nobody([str(launcher)]):
+            return [str(launcher)]
+    return None
+
+
+@pytest.fixture(scope="session")
+def others_taskq() -> Iterator[list[str]]:
+    """A taskq command that other (throwaway) users can run, wherever the checkout is.
+
+    Needs root (to run the probe as nobody) and setpriv; skips naming the
+    reason when no interpreter they can reach is found.
+    """
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv (util-linux) to run taskq as other users")
+    if _runs_as_nobody(TASKQ):
+        yield TASKQ
+        return
+    top = Path(tempfile.mkdtemp(prefix="taskq-public-"))
+    try:
+        top.chmod(0o755)
+        command = _public_copy(top)
+        if command is None:
+            pytest.skip(f"no Python {sys.version_info[:2]} that other users can run was found")
+        yield command
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

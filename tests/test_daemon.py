@@ -188,11 +188,12 @@ def test_garbage_is_quarantined_while_valid_tasks_run(
     first = tq.submit("--", *stamp_cmd(stamps))
     bucket = next((tq.spool / "pending").iterdir())
     (bucket / "garbage.txt").write_bytes(b"\x00\xffnot a task")
-    fake = bucket / f"{bucket.name[:8]}T000000.000000Z_{'0' * 26}_1_default"
+    minute = f"{bucket.name[:8]}T{bucket.name[8:]}00.000000Z"  # the bucket's own minute
+    fake = bucket / f"{minute}_{'0' * 26}_1_default"
     fake.write_text('{"version": 1, "argv": "rm -rf /"')  # truncated JSON, valid name
     (tq.spool / "pending" / "notabucket").mkdir()
-    os.symlink("/etc/passwd", bucket / f"{bucket.name[:8]}T000000.000000Z_{'1' * 26}_1_default")
-    linked = bucket / f"{bucket.name[:8]}T000000.000000Z_{'2' * 26}_1_default"
+    os.symlink("/etc/passwd", bucket / f"{minute}_{'1' * 26}_1_default")
+    linked = bucket / f"{minute}_{'2' * 26}_1_default"
     os.link(tq.spool / "doorbell", linked)
     daemon = start_daemon()
     second = tq.submit("--", *stamp_cmd(stamps))

@@ -87,11 +87,13 @@ def test_daemon_makes_the_start_durable_before_exec(tq: Taskq, tmp_path: Path) -
         daemon.communicate(timeout=30)
     lines = trace.read_text().splitlines()
     claim = first(
-        lines, rf'renameat2\(.*/pending/\d{{12}}/[^"]*{task_id}[^"]*".*/claimed/[^"]*_claimed_'
+        # from the bucket's descriptor (strace -y shows its path), or by path
+        lines,
+        rf'renameat2\(.*/pending/\d{{12}}[/>][^"]*"?[^"]*{task_id}[^"]*".*/claimed/[^"]*_claimed_',
     )
     start = first(lines, rf'renameat2\(.*{task_id}[^"]*_claimed_.*{task_id}[^"]*_started_', claim)
     sync = first(lines, r"fsync\(\d+<[^>]*/claimed>\)", start)
     execve = first(lines, r'execve\("/bin/sh", \["/bin/sh", "-c", "trap : TERM', start)
     assert claim < start < sync < execve
-    done = first(lines, rf'renameat2\(.*{task_id}[^"]*_started_.*/done/\d{{8}}/', execve)
+    done = first(lines, rf'renameat2\(.*{task_id}[^"]*_started_.*/done/\d{{8}}[/>]', execve)
     first(lines, r"fsync\(\d+<[^>]*/done/\d{8}>\)", done)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, wait_for
+from conftest import Daemon, Taskq, wait_for
 
 StartDaemon = Callable[..., Daemon]
 pytestmark = pytest.mark.skipif(
@@ -85,9 +85,9 @@ def test_denied_and_writable_files_never_run(
     assert not marker.exists()
 
 
-def test_ordinary_daemon_runs_only_its_own_users_tasks(users: list[str]) -> None:
-    if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is missing")
+def test_ordinary_daemon_runs_only_its_own_users_tasks(
+    users: list[str], others_taskq: list[str]
+) -> None:
     home = Path(tempfile.mkdtemp(prefix="taskq-user-"))
     try:
         alice, bob = (pwd.getpwnam(u) for u in users)
@@ -102,14 +102,16 @@ def test_ordinary_daemon_runs_only_its_own_users_tasks(users: list[str]) -> None
         env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), "HOME": str(home)}
 
         def run(*args: str) -> subprocess.CompletedProcess[bytes]:
-            return subprocess.run([*as_alice, *TASKQ, *args], env=env, capture_output=True)
+            return subprocess.run([*as_alice, *others_taskq, *args], env=env, capture_output=True)
 
         own = run("submit", "--cwd", "/", "--", "true").stdout.decode().strip()
         foreign = run("submit", "--cwd", "/", "--", "true").stdout.decode().strip()
         [path] = (tq.spool / "pending").glob(f"*/*_{foreign}_*")
         os.chown(path, bob.pw_uid, bob.pw_gid)
         daemon = subprocess.Popen(
-            [*as_alice, *TASKQ, "daemon", "--host-id", "alice"], env=env, stderr=subprocess.DEVNULL
+            [*as_alice, *others_taskq, "daemon", "--host-id", "alice"],
+            env=env,
+            stderr=subprocess.DEVNULL,
         )
         try:
             wait_for(lambda: "done" in run("show", "--json", own).stdout.decode(), 15, "own task")
@@ -125,7 +127,7 @@ def test_ordinary_daemon_runs_only_its_own_users_tasks(users: list[str]) -> None
         shutil.rmtree(home)
 
 
-def test_shared_spool_mode(users: list[str]) -> None:
+def test_shared_spool_mode(users: list[str], others_taskq: list[str]) -> None:
     """A root-owned 1770 spool with a group, like atd's: members submit, tasks run as them."""
     import grp
 
@@ -161,7 +163,18 @@ def test_shared_spool_mode(users: list[str]) -> None:
             pw = pwd.getpwnam(user)
             as_user = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups"]
             proc = subprocess.run(
-                [*as_user, *TASKQ, "submit", "--in", "0.5s", "--cwd", "/", "--", "id", "-un"],
+                [
+                    *as_user,
+                    *others_taskq,
+                    "submit",
+                    "--in",
+                    "0.5s",
+                    "--cwd",
+                    "/",
+                    "--",
+                    "id",
+                    "-un",
+                ],
                 env={**env, "HOME": "/"},
                 capture_output=True,
             )

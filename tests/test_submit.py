@@ -137,7 +137,9 @@ def as_nobody() -> list[str]:
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
-def test_unwritable_spool_is_refused(tq: Taskq) -> None:
+def test_unwritable_spool_is_refused(tq: Taskq, request: pytest.FixtureRequest) -> None:
+    # As root, the submitter is nobody, who must be able to reach taskq.
+    command = request.getfixturevalue("others_taskq") if os.geteuid() == 0 else TASKQ
     tq.submit("--", "true")
     (tq.spool / "tmp").chmod(0o500)
     os.chmod(tq.spool.parent, 0o755)
@@ -145,8 +147,8 @@ def test_unwritable_spool_is_refused(tq: Taskq) -> None:
         os.chown(tq.spool, 65534, 65534)
     env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
     proc = subprocess.run(
-        [*as_nobody(), *TASKQ, "submit", "--", "true"], env=env, capture_output=True
-    )
+        [*as_nobody(), *command, "submit", "--", "true"], env=env, capture_output=True, cwd="/"
+    )  # from /: the checkout may be a directory nobody cannot reach
     assert proc.returncode == 77, proc.stderr
     assert proc.stderr.startswith(b"taskq: ") and proc.stderr.count(b"\n") == 1
     assert len(pending_files(tq.spool)) == 1

@@ -111,3 +111,17 @@ def test_runner_refuses_an_attempt_another_supervisor_holds(tmp_path: Path) -> N
         gate.touch()
         os.waitpid(first.pid, 0)
     assert runner.read_supervisor(log_dir, 1) == (True, 0)
+
+
+def test_runner_never_reuses_an_attempt_that_ran(tmp_path: Path) -> None:
+    """A second start of an attempt (a forged id, a stale claim) never appends to its output."""
+    (tmp_path / "logs").mkdir()
+    log_dir = str(tmp_path / "logs" / "T")
+    body = TaskBody(new_id(NOW), ["echo", "first"], 0, 0)
+    name = TaskName(NOW, body.id, 1)
+    os.waitpid(runner.spawn(body, name, log_dir, {"PATH": "/usr/bin:/bin"}).pid, 0)
+    again = TaskBody(body.id, ["echo", "second"], 0, 0)
+    with pytest.raises(runner.AttemptUsed):
+        runner.spawn(again, name, log_dir, {"PATH": "/usr/bin:/bin"})
+    assert Path(runner.out_path(log_dir, 1)).read_text() == "first\n"
+    assert runner.read_supervisor(log_dir, 1) == (True, 0)

@@ -38,6 +38,7 @@ def _spool(ctx: click.Context) -> Spool:
     spool = Spool(ctx.obj["spool"])
     if os.path.exists(spool.root) and not os.path.isdir(spool.root):
         raise BadInput(f"spool {ctx.obj['spool']} is not a directory")
+    spool.warn = lambda message: click.echo(f"taskq: warning: {message}", err=True)
     return spool
 
 
@@ -370,7 +371,7 @@ def daemon(ctx: click.Context, /, **opts: Any) -> None:
         metrics_listen=opts["metrics_listen"],
     )
     cfg.check()
-    spool = _spool(ctx)
+    spool = Spool(ctx.obj["spool"])  # what it skips goes to its log
     _init(spool)
     log_file = os.path.abspath(opts["log_file"]) if opts["log_file"] else None
     syslog = opts["detach"] and log_file is None

@@ -11,9 +11,11 @@ a mistake in their own table only.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,8 +74,7 @@ def load(root: str) -> SpoolConfig:
     """Read the config.toml of the spool at root; no file reads as an empty one."""
     path = os.path.join(root, CONFIG)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = _read(path)
     except FileNotFoundError:
         return SpoolConfig(path, {})
     except OSError as e:
@@ -84,6 +85,25 @@ def load(root: str) -> SpoolConfig:
         return SpoolConfig(path, tomllib.loads(data.decode()))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read {path}: {e}") from None
+
+
+def _read(path: str) -> bytes:
+    """Read config.toml without blocking: in a shared spool a member could make it a FIFO.
+
+    (It may be a link, which an operator may want; what it names must be a
+    regular file of at most MAX_CONFIG bytes.)
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG:
+            raise OSError(errno.EINVAL, f"not a regular file of at most {MAX_CONFIG} bytes")
+        return os.read(fd, MAX_CONFIG + 1)
+    finally:
+        os.close(fd)
+
+
+MAX_CONFIG = 1 << 20
 
 
 def _count(path: str, table: dict[str, Any], key: str) -> int:

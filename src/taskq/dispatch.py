@@ -71,6 +71,9 @@ class Dispatcher(Part):
                 crash_point("daemon.claimed")
             except FileNotFoundError:
                 continue  # cancelled, or claimed by another daemon: theirs now
+            except CorruptFile as e:  # its bucket became a link since the rescan
+                self.settler.quarantine(os.path.dirname(path), str(e), now)
+                continue
             ready = self.prepare(held, now)
             if ready is not None:
                 prepared.append(ready)

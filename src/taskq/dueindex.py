@@ -13,14 +13,31 @@ is not empty, and submitters recreate a vanished bucket).
 from __future__ import annotations
 
 import heapq
+import logging
 import os
+import stat
 from collections.abc import Callable
 
 from taskq import fsutil
+from taskq.errors import CorruptFile
 from taskq.spool import Spool, stray
 from taskq.task import TaskName, bucket_of, valid_bucket
 
 Entry = tuple[TaskName, str]  # the name and the bucket its file is in
+log = logging.getLogger("taskq")
+
+
+def bucket_problem(path: str) -> str | None:
+    """Why a name in pending/ cannot be a bucket (a link, not a directory), or None."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link, not a bucket"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory, not a bucket"
+    return None
 
 
 class DueIndex:
@@ -52,6 +69,10 @@ class DueIndex:
             if future_loaded:
                 self.more_beyond = True
                 break
+            hostile = bucket_problem(path)
+            if hostile is not None:
+                bad.append((path, hostile))
+                continue
             before = len(entries)
             self._load_bucket(entry, path, entry < current, entries, bad)
             future_loaded = entry > current and len(entries) > before
@@ -67,7 +88,15 @@ class DueIndex:
     def _load_bucket(
         self, bucket: str, path: str, past: bool, entries: list[Entry], bad: list[tuple[str, str]]
     ) -> None:
-        names = fsutil.listdir(path)
+        try:
+            fd = fsutil.open_dir(path)
+        except (FileNotFoundError, CorruptFile):
+            return  # gone, or replaced by a link since the look: the next rescan sees it
+        try:
+            self._guard(path, fd)
+            names = sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
         if not names and past:
             try:
                 os.rmdir(path)
@@ -77,9 +106,39 @@ class DueIndex:
             if stray(entry):
                 continue
             try:
-                entries.append((TaskName.parse(entry), bucket))
+                name = TaskName.parse(entry)
             except ValueError:
                 bad.append((os.path.join(path, entry), "not a task file name"))
+                continue
+            if name.bucket != bucket:
+                reason = f"filed in pending/{bucket}, not in its minute's bucket {name.bucket}"
+                bad.append((os.path.join(path, entry), reason))
+                continue
+            entries.append((name, bucket))
+
+    def _guard(self, path: str, fd: int) -> None:
+        """A root daemon keeps a shared spool's buckets: owned by root, not loosened.
+
+        A member who made a bucket owns it, and its owner can rename or
+        remove any task in it once he drops the sticky bit; so a root daemon
+        takes the buckets it loads over, and undoes a loosened mode.
+        """
+        if os.geteuid() != 0:
+            return
+        st, parent = os.fstat(fd), os.stat(self.spool.pending)
+        mode, want = stat.S_IMODE(st.st_mode), stat.S_IMODE(parent.st_mode)
+        loose = mode & 0o002 or (mode & 0o020 and not mode & stat.S_ISVTX)
+        if loose:
+            os.fchmod(fd, want & ~0o002)
+            log.warning(
+                "pending/%s had mode %04o (others could rename its tasks); set to %04o",
+                os.path.basename(path),
+                mode,
+                want & ~0o002,
+            )
+        if st.st_uid != 0 and (loose or mode == want):
+            os.fchown(fd, 0, -1)
+            os.fchmod(fd, want & ~0o002)  # chown drops setgid on some filesystems
 
     def push(self, name: TaskName) -> None:
         """Add a task we just put back in pending (a retry or a release)."""

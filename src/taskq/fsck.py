@@ -21,7 +21,7 @@ from taskq import fsutil
 from taskq.config import CONFIG
 from taskq.errors import BadInput, CorruptFile, NotFound
 from taskq.spool import DOORBELL, SUBDIRS, Spool, stray
-from taskq.submit import read_key
+from taskq.submit import ForeignKey, key_owner, read_key
 from taskq.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket
 from taskq.timespec import HOUR, SECOND
 
@@ -107,7 +107,7 @@ class Checker:
             ):
                 os.chmod(path, fixed)
         known = {*SUBDIRS, DOORBELL, CONFIG}
-        for entry in fsutil.listdir(self.spool.root):
+        for entry in fsutil.listdir(self.spool.root, follow=True):
             if entry not in known and not stray(entry):
                 self.quarantine(os.path.join(self.spool.root, entry), "not part of a spool")
 
@@ -180,8 +180,11 @@ class Checker:
             if entry.startswith("."):
                 continue  # staging files: stale_tmp's rule applies via the daemon
             try:
-                name = read_key(path)
-            except (OSError, ValueError):
+                name = read_key(path, key_owner(entry))
+            except ForeignKey as e:
+                self.remove(path, f"keys/{entry}: {e} (a squat)")
+                continue
+            except (OSError, ValueError, CorruptFile):
                 self.remove(path, f"keys/{entry}: not a key file")
                 continue
             if not self.gone(name.id):

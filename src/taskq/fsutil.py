@@ -23,7 +23,13 @@ _syncfs = getattr(_libc, "syncfs", None)
 TEMPORARY_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EAGAIN, errno.EIO, errno.EBUSY}
 
 
-def rename_cas(src: str, dst: str, unique: bool = False) -> None:
+def rename_cas(
+    src: str,
+    dst: str,
+    unique: bool = False,
+    src_dir_fd: int | None = None,
+    dst_dir_fd: int | None = None,
+) -> None:
     """Move src to dst: a compare-and-swap on the source name, on any filesystem.
 
     FileNotFoundError means src is gone: someone else moved it first, which
@@ -41,24 +47,62 @@ def rename_cas(src: str, dst: str, unique: bool = False) -> None:
     name with our owner and lease in it). Then a FileNotFoundError with dst
     present and src gone is our own rename answered twice (an NFS client
     retransmitting it after a lost reply), and counts as a win.
+
+    With src_dir_fd or dst_dir_fd, that name is relative to an open
+    directory (see open_dir): a directory a spool member may replace with a
+    symbolic link between our look and our rename is opened once, without
+    following links, and the rename happens in what was opened.
     """
     try:
-        _rename(src, dst)
+        _rename(src, dst, src_dir_fd, dst_dir_fd)
     except FileNotFoundError:
-        if unique and os.path.lexists(dst) and not os.path.lexists(src):
+        if unique and _lexists(dst, dst_dir_fd) and not _lexists(src, src_dir_fd):
             return
         raise
 
 
-def _rename(src: str, dst: str) -> None:
+def _lexists(path: str, dir_fd: int | None) -> bool:
+    try:
+        os.lstat(path, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None) -> None:
     if _renameat2 is not None:
-        rc = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+        rc = _renameat2(
+            _AT_FDCWD if src_dir_fd is None else src_dir_fd,
+            os.fsencode(src),
+            _AT_FDCWD if dst_dir_fd is None else dst_dir_fd,
+            os.fsencode(dst),
+            _RENAME_NOREPLACE,
+        )
         if rc == 0:
             return
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOSYS):
             raise OSError(err, os.strerror(err), src, None, dst)
-    os.rename(src, dst)
+    os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+
+def open_dir(path: str) -> int:
+    """Open a spool directory, never through a symbolic link in its last component.
+
+    CorruptFile says the name is a link or not a directory (a spool member
+    made it so); FileNotFoundError, that it is gone.
+    """
+    try:
+        return os.open(path, _DIR_FLAGS)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+    if stat.S_ISLNK(os.lstat(path).st_mode):  # (O_DIRECTORY makes a link ENOTDIR)
+        raise CorruptFile("is a symbolic link")
+    raise CorruptFile("is not a directory")
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def fsync_dir(path: str) -> None:
@@ -147,12 +191,18 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
     and sticky bits included, so that the group can use (or read) it as it
     can its parent, and no member can remove another's files.
     """
-    try:
-        os.mkdir(path, mode)
-    except FileExistsError:
-        if os.path.islink(path) or not os.path.isdir(path):
-            raise CorruptFile(f"{path} exists and is not a directory") from None
-        return False
+    while True:
+        try:
+            os.mkdir(path, mode)
+            break
+        except FileExistsError:
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue  # removed meanwhile (a daemon removes emptied buckets): make it
+            if not stat.S_ISDIR(st.st_mode):
+                raise CorruptFile(f"{path} exists and is not a directory") from None
+            return False
     parent = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
     if parent & 0o070 and not parent & 0o007:
         # A shared spool's directory: open to its group, closed to others
@@ -161,12 +211,50 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
     return True
 
 
-def listdir(path: str) -> list[str]:
-    """List a directory, sorted; a missing one (or a file in its place) is empty."""
+def listdir(path: str, follow: bool = False) -> list[str]:
+    """List a directory, sorted; a missing one (or a file in its place) is empty.
+
+    A symbolic link in the last component is not followed (it lists as
+    empty) unless follow=True: a member of a shared spool must not point a
+    daemon's listing at a directory of his choosing.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        return sorted(os.listdir(path))
+        fd = os.open(path, flags)
     except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return []
+        raise
+    try:
+        return sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+def read_small(path: str, limit: int) -> tuple[bytes, os.stat_result]:
+    """Read a small spool file that anyone may have planted: never block, never follow.
+
+    A FIFO, a device or a symbolic link in its place is CorruptFile (an
+    open() of a FIFO would block for good); so is a file over limit bytes.
+    Returns the contents and the file's status (owner, mode).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CorruptFile("is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CorruptFile("not a regular file")
+        if st.st_size > limit:
+            raise CorruptFile(f"too large ({st.st_size} bytes, limit {limit})")
+        return os.read(fd, limit + 1), st
+    finally:
+        os.close(fd)
 
 
 def as_taskq_error(e: OSError, what: str) -> TaskqError:

@@ -59,7 +59,8 @@ class Housekeeper:
 
     def one_pass(self, gc_too: bool) -> None:
         now = self.wall()
-        clean_tmp(self.spool, now, self.tmp_max_age)
+        for line in clean_tmp(self.spool, now, self.tmp_max_age):
+            log.warning("%s", line)
         if gc_too and self.keep_done is not None:
             found = gc.collect(self.spool, now, self.keep_done)
             if found.tasks:

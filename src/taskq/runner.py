@@ -18,6 +18,7 @@ import functools
 import os
 import pwd
 import signal
+import stat
 import subprocess
 from dataclasses import dataclass
 
@@ -108,9 +109,12 @@ def spawn(
     subprocess (whose child side is C) to run another user's.
     """
     fsutil.ensure_dir(log_dir)
-    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     status_fd = _lock_status(status_path(log_dir, name.attempt))
-    out_fd = os.open(out_path(log_dir, name.attempt), flags | os.O_WRONLY | os.O_APPEND, 0o600)
+    try:
+        out_fd = _fresh(out_path(log_dir, name.attempt), os.O_WRONLY | os.O_APPEND)
+    except BaseException:
+        os.close(status_fd)
+        raise
     in_fd = _stdin_fd(body.stdin)
     try:
         if user is not None and user.switch:
@@ -149,20 +153,55 @@ class AttemptBusy(OSError):
     """Another supervisor holds this attempt's status lock: our claim is stale."""
 
 
+class AttemptUsed(OSError):
+    """This attempt's files hold output already: it ran (perhaps under a forged id)."""
+
+
+def _fresh(path: str, flags: int) -> int:
+    """Open an attempt's file, created now or left empty by a start that never began.
+
+    Never through a link, never a FIFO or a device, never a file that holds
+    anything: an attempt never appends to another's output (AttemptUsed).
+    """
+    fd = _open_attempt_file(path, flags)
+    if os.fstat(fd).st_size:
+        os.close(fd)
+        raise AttemptUsed(errno.EEXIST, "the attempt's files exist and are not empty", path)
+    return fd
+
+
+def _open_attempt_file(path: str, flags: int) -> int:
+    """Create an attempt's file, or open the one there if it is a plain file (one link)."""
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        raise AttemptUsed(errno.EEXIST, "the attempt's file is not a plain file", path)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
 def _lock_status(path: str) -> int:
-    """Open, lock and empty an attempt's status file, never blocking.
+    """Open and lock a fresh attempt's status file, never blocking.
 
     A held lock means this attempt runs already under another daemon, which
     took our claim over while we were paused: we must not start it, nor
-    truncate its status.
+    touch its status. A status that is not empty (and not locked) is an
+    attempt that ran: AttemptUsed.
     """
-    fd = os.open(path, os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_RDWR, 0o600)
+    fd = _open_attempt_file(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise AttemptBusy(errno.EBUSY, "another daemon runs this attempt", path) from None
-    os.ftruncate(fd, 0)
+    if os.fstat(fd).st_size:
+        os.close(fd)
+        raise AttemptUsed(errno.EEXIST, "the attempt's status is not empty", path)
     return fd
 
 

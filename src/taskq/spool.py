@@ -8,8 +8,10 @@ transitions between states live in transitions.py; submission in submit.py.
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from taskq import fsutil
@@ -65,6 +67,10 @@ class Spool:
         # A spool given as a symlink (/var/spool/taskq -> /srv/taskq) is
         # resolved once, so every command and check sees the same directory.
         self.root = os.path.realpath(root)
+        # Told once about each directory a lookup skips (see _entries); the
+        # CLI prints it, a daemon logs it.
+        self.warn: Callable[[str], None] = logging.getLogger("taskq").warning
+        self._warned: set[str] = set()
         for sub in SUBDIRS:
             setattr(self, sub, os.path.join(self.root, sub))
         self.doorbell = os.path.join(self.root, DOORBELL)
@@ -131,21 +137,39 @@ class Spool:
         """The pending buckets, oldest first (other names are ignored here)."""
         return [b for b in fsutil.listdir(self.pending) if valid_bucket(b)]
 
+    def _entries(self, directory: str) -> list[str]:
+        """List a bucket or a done/ day; one that cannot be read is skipped, with a warning.
+
+        In a shared spool a member may make a bucket private, or a link to a
+        directory others cannot read: that must not break everyone's lookups.
+        (The directories of the layout are not skipped: a spool one cannot
+        read is an error.)
+        """
+        try:
+            if os.path.islink(directory):
+                raise OSError(errno.ELOOP, "a symbolic link, never followed")
+            return fsutil.listdir(directory)
+        except OSError as e:
+            if directory not in self._warned:
+                self._warned.add(directory)
+                self.warn(f"skipped {os.path.relpath(directory, self.root)}: {e.strerror}")
+            return []
+
     def iter_state(self, state: str) -> Iterator[Located]:
         """Yield the tasks in one state; names that do not parse are skipped."""
         if state == "pending":
             for bucket in self.buckets():
-                yield from self._iter_flat("pending", self.bucket_dir(bucket))
+                yield from self._iter_flat("pending", self.bucket_dir(bucket), skip=True)
         elif state in _PHASE_OF:
             yield from self._iter_claimed(state)
         elif state == "done":
             for day in fsutil.listdir(self.done):
-                yield from self._iter_flat("done", os.path.join(self.done, day))
+                yield from self._iter_flat("done", os.path.join(self.done, day), skip=True)
         else:
             yield from self._iter_flat(state, getattr(self, state))
 
-    def _iter_flat(self, state: str, directory: str) -> Iterator[Located]:
-        for entry in fsutil.listdir(directory):
+    def _iter_flat(self, state: str, directory: str, skip: bool = False) -> Iterator[Located]:
+        for entry in self._entries(directory) if skip else fsutil.listdir(directory):
             if stray(entry):
                 continue
             try:
@@ -196,6 +220,23 @@ class Spool:
 
     # -- quarantine -----------------------------------------------------
 
+    def _rename_aside(self, path: str, dest: str) -> None:
+        """Rename path to dest through its directory as it is now, never through a link.
+
+        A member could swap a bucket for a link between our look and this
+        rename, to have root move a file of his choosing out of another
+        directory. (The spool directory itself may be a link.)
+        """
+        parent = os.path.dirname(path)
+        if parent == self.root:
+            fsutil.rename_cas(path, dest)
+            return
+        fd = fsutil.open_dir(parent)
+        try:
+            fsutil.rename_cas(os.path.basename(path), dest, src_dir_fd=fd)
+        finally:
+            os.close(fd)
+
     def quarantine(self, path: str, reason: str, now: int) -> str | None:
         """Move a bad file to corrupt/ with a .reason file beside it.
 
@@ -208,11 +249,11 @@ class Spool:
             if os.path.lexists(dest):
                 continue  # (renameat2 refuses a clash too, where it can)
             try:
-                fsutil.rename_cas(path, dest)
+                self._rename_aside(path, dest)
             except FileExistsError:
                 continue
-            except FileNotFoundError:
-                return None
+            except (FileNotFoundError, CorruptFile):
+                return None  # gone; or its bucket is a link now, set aside on its own
             crash_point("daemon.quarantined")
             # One line, whatever the name held: escape newlines and the like.
             line = f"{os.path.relpath(path, self.root)}: {reason}"

@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable
 
-from taskq import fence, fsutil, journal, runner, transitions
+from taskq import fence, fsutil, journal, ownership, runner, transitions
 from taskq.attempts import Attempts, Prepared, Running
 from taskq.crew import Crew, Part
 from taskq.faults import crash_point
@@ -109,10 +109,18 @@ class Starter(Part):
         env.update(fence.environment(held))  # TASKQ_FENCE, from the claim as started
         now = self.clock.now()
         try:
+            if not self._owns_id(ready, log_dir, now):
+                return
             child = runner.spawn(body, held.task, log_dir, env, ready.user)
             crash_point("daemon.spawned")
         except runner.AttemptBusy:
             self.settler.vanished_before_start(held, now)  # taken over while we were paused
+            return
+        except runner.AttemptUsed as e:  # never append to (or show) another attempt's output
+            reason = (
+                f"attempt {held.task.attempt} of {body.id} ran already ({e.filename} holds output)"
+            )
+            self.settler.quarantine(transitions.claim_path(self.spool, held), reason, now)
             return
         except OSError as e:
             self._failed(ready, e, now)
@@ -140,6 +148,21 @@ class Starter(Part):
             child.pid,
             format_duration(lateness),
         )
+
+    def _owns_id(self, ready: Prepared, log_dir: str, now: int) -> bool:
+        """Whether the task's file owner may run under its id (ownership.bind); if not, quarantine.
+
+        Else a member could copy another's id into a task of his own and run
+        it with the other's log directory: read their output, add to their journal.
+        """
+        first = ownership.bind(log_dir, ready.user.uid)
+        if first == ready.user.uid:
+            return True
+        path = transitions.claim_path(self.spool, ready.claim)
+        uid = ready.user.uid
+        reason = f"id {ready.body.id} belongs to uid {first}, who ran it first, not to uid {uid}"
+        self.settler.quarantine(path, reason, now)
+        return False
 
     def _failed(self, ready: Prepared, e: OSError, now: int) -> None:
         """No room to start (disk full, read-only): put it back and pause; else a failure."""

@@ -10,10 +10,13 @@ published, so the key never names a task that cannot appear.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import stat
 
 from taskq import fsutil
+from taskq.errors import CorruptFile
 from taskq.faults import crash_point
 from taskq.spool import Spool
 from taskq.task import TaskBody, TaskName
@@ -159,30 +162,66 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
     return [r for r in results if r is not None]
 
 
-def key_path(spool: Spool, key: str) -> str:
-    """The key file of an idempotency key: a hash, so any key is a safe name."""
-    return os.path.join(spool.keys, hashlib.sha256(key.encode()).hexdigest()[:40])
+KEY_LIMIT = 512  # a key file holds one task name
 
 
-def read_key(path: str) -> TaskName:
-    """The task a key file names; OSError if it cannot be read, ValueError if it names none."""
-    with open(path) as f:
-        return TaskName.parse(f.read().strip())
+def key_path(spool: Spool, key: str, uid: int | None = None) -> str:
+    """The key file of a user's idempotency key: keys/<uid>-<hash>.
+
+    Keys are scoped per submitting user (by default, this process's), so
+    one member of a shared spool cannot answer another's key; a hash makes
+    any key a safe name.
+    """
+    return os.path.join(spool.keys, f"{os.geteuid() if uid is None else uid}-{_digest(key)}")
+
+
+def legacy_key_path(spool: Spool, key: str) -> str:
+    """Where keys were bound before they were scoped per user; honoured if the user owns it."""
+    return os.path.join(spool.keys, _digest(key))
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:40]
+
+
+def key_owner(entry: str) -> int | None:
+    """The uid a key file's name gives it, or None for an unscoped (legacy) name."""
+    uid, sep, _ = entry.partition("-")
+    return int(uid) if sep and uid.isdigit() else None
+
+
+class ForeignKey(CorruptFile):
+    """A key file owned by someone other than the user whose key it is: a squat."""
+
+
+def read_key(path: str, uid: int | None = None) -> TaskName:
+    """The task a key file names.
+
+    OSError if it cannot be read; CorruptFile if it is no small regular file
+    (a FIFO would block an open() for good), or is not owned by `uid`;
+    ValueError if it names no task.
+    """
+    data, st = fsutil.read_small(path, KEY_LIMIT)
+    if uid is not None and st.st_uid != uid:
+        raise ForeignKey(f"owned by uid {st.st_uid}, not by uid {uid} whose key it is")
+    return TaskName.parse(data.decode().strip())
 
 
 def bound_key(spool: Spool, task_file: str, task_id: str) -> str | None:
     """The key file that binds the key of this task's body to this task, if any."""
     try:
-        body = spool.read_body(task_file)
+        body, owner = spool.read_task(task_file)
     except Exception:
         return None
     if body.key is None:
         return None
-    path = key_path(spool, body.key)
-    try:
-        return path if read_key(path).id == task_id else None
-    except (OSError, ValueError):
-        return None
+    for path in (key_path(spool, body.key, owner), legacy_key_path(spool, body.key)):
+        try:
+            if read_key(path, owner).id == task_id:
+                return path
+        except (OSError, ValueError, CorruptFile):
+            continue
+    return None
 
 
 def _bind_key(spool: Spool, key: str, name: TaskName, sync: bool = True) -> TaskName | None:
@@ -191,13 +230,16 @@ def _bind_key(spool: Spool, key: str, name: TaskName, sync: bool = True) -> Task
     With sync=False the caller syncs the staging file before and the key
     directory after (group commit).
     """
-    path = key_path(spool, key)
+    uid = os.geteuid()
+    with contextlib.suppress(OSError, ValueError, CorruptFile):  # none, or not ours: ignored
+        return _adopt_key(spool, legacy_key_path(spool, key), uid)
+    path = key_path(spool, key, uid)
     staging = os.path.join(spool.keys, f".{name.id}.tmp")
     fsutil.write_new(staging, f"{name}\n".encode(), sync=sync)
     try:
         os.link(staging, path)
     except FileExistsError:
-        return _adopt_key(spool, path)
+        return _adopt_key(spool, path, uid)
     finally:
         os.unlink(staging)
     if sync:
@@ -205,9 +247,17 @@ def _bind_key(spool: Spool, key: str, name: TaskName, sync: bool = True) -> Task
     return None
 
 
-def _adopt_key(spool: Spool, path: str) -> TaskName:
-    """Return the task a key names, finishing its submission if that was cut short."""
-    first = read_key(path)
+def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
+    """Return the task a key names, finishing its submission if that was cut short.
+
+    A key file that another user planted under this user's name is refused
+    as a temporary failure: a daemon removes such files (clean_tmp).
+    """
+    try:
+        first = read_key(path, uid)
+    except CorruptFile as e:
+        rel = os.path.relpath(path, spool.root)
+        raise OSError(errno.EAGAIN, f"key file {rel} {e}; a daemon removes it, try again") from None
     tmp = os.path.join(spool.tmp, f"{first.id}.task")
     if os.path.exists(tmp):
         # The first submitter bound the key and then stopped (or is about to
@@ -216,14 +266,26 @@ def _adopt_key(spool: Spool, path: str) -> TaskName:
     return first
 
 
-def clean_tmp(spool: Spool, now: int, max_age: int) -> None:
-    """Delete submissions abandoned in tmp/ (never acknowledged) and their keys."""
+def clean_tmp(spool: Spool, now: int, max_age: int) -> list[str]:
+    """Delete submissions abandoned in tmp/ (never acknowledged) and their keys.
+
+    Also removes key files that a spool member planted to block another
+    (squats: not regular files, or owned by someone else than their name
+    says). Returns one line per such hostile file removed, for the log.
+    """
     cutoff = (now - max_age) / 1e6
+    hostile = []
     for entry in fsutil.listdir(spool.keys):
         path = os.path.join(spool.keys, entry)
         try:
-            if entry.startswith(".") and os.lstat(path).st_mtime <= cutoff:
-                os.unlink(path)  # a key's staging file, left by a killed submitter
+            if entry.startswith("."):
+                if os.lstat(path).st_mtime <= cutoff:
+                    os.unlink(path)  # a key's staging file, left by a killed submitter
+                continue
+            reason = _squat(path, entry)
+            if reason is not None:
+                os.unlink(path)
+                hostile.append(f"removed keys/{entry}: {reason}")
         except OSError:
             continue
     for entry in fsutil.listdir(spool.tmp):
@@ -236,6 +298,18 @@ def clean_tmp(spool: Spool, now: int, max_age: int) -> None:
             os.unlink(path)
         except (OSError, ValueError):
             continue
+    return hostile
+
+
+def _squat(path: str, entry: str) -> str | None:
+    """Why a key file is a squat (not a regular file, or not its user's), or None."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a squat)"
+    uid = key_owner(entry)
+    if uid is not None and st.st_uid != uid:
+        return f"owned by uid {st.st_uid}, not by uid {uid} whose key it is (a squat)"
+    return None
 
 
 def _forget_key(spool: Spool, tmp: str, task_id: str) -> None:

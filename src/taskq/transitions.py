@@ -14,14 +14,19 @@ once (group commit) before anything that depends on them becomes visible.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import logging
 import os
+import time
 from dataclasses import dataclass
 
 from taskq import fsutil
+from taskq.errors import CorruptFile
 from taskq.spool import Located, Spool
 from taskq.task import ClaimName, TaskName, day_of
 
 _MOVE_TRIES = 1000
+log = logging.getLogger("taskq")
 Touched = set[str]  # directories whose entries changed, to be fsynced together
 
 
@@ -34,22 +39,45 @@ class Owner:
 
 
 def _move(src: str, dest_dir: str, dest_name: str, touched: Touched | None) -> str:
-    """Rename src into dest_dir; recreate dest_dir if it vanished meanwhile."""
-    dest = os.path.join(dest_dir, dest_name)
-    for _ in range(_MOVE_TRIES):
-        try:
-            fsutil.rename_cas(src, dest)
-            break
-        except FileNotFoundError:
-            if not os.path.lexists(src):
-                raise
-            if fsutil.ensure_dir(dest_dir) and touched is not None:
-                touched.add(os.path.dirname(dest_dir))  # a new directory's parent
-    else:
-        raise OSError(f"directory {dest_dir} keeps vanishing")
+    """Rename src into dest_dir; recreate dest_dir if it vanished meanwhile.
+
+    Both directories are opened without following a symbolic link
+    (fsutil.open_dir), and the rename happens between the directories
+    opened: a spool member cannot redirect it by swapping a bucket for a
+    link. CorruptFile says one of them is a link or no directory.
+    """
+    source = fsutil.open_dir(os.path.dirname(src))  # its bucket, as it is now
+    try:
+        _move_from(source, os.path.basename(src), dest_dir, dest_name, touched)
+    finally:
+        os.close(source)
     if touched is not None:
         touched.update((os.path.dirname(src), dest_dir))
-    return dest
+    return os.path.join(dest_dir, dest_name)
+
+
+def _move_from(
+    source: int, name: str, dest_dir: str, dest_name: str, touched: Touched | None
+) -> None:
+    for _ in range(_MOVE_TRIES):
+        try:
+            fd = fsutil.open_dir(dest_dir)
+        except FileNotFoundError:
+            if fsutil.ensure_dir(dest_dir) and touched is not None:
+                touched.add(os.path.dirname(dest_dir))  # a new directory's parent
+            continue
+        try:
+            fsutil.rename_cas(name, dest_name, src_dir_fd=source, dst_dir_fd=fd)
+            return
+        except FileNotFoundError:
+            try:
+                os.lstat(name, dir_fd=source)
+            except FileNotFoundError:
+                raise FileNotFoundError(errno.ENOENT, "moved meanwhile", name) from None
+            # dest_dir was removed after we opened it: make it again
+        finally:
+            os.close(fd)
+    raise OSError(f"directory {dest_dir} keeps vanishing")
 
 
 def claim_path(spool: Spool, claim: ClaimName) -> str:
@@ -66,7 +94,15 @@ def claim(
 ) -> ClaimName:
     """pending -> claimed: take a due task under a lease."""
     new = ClaimName(name, "claimed", expiry, owner.pid, owner.host)
-    fsutil.rename_cas(pending_path, claim_path(spool, new), unique=True)
+    # Through the bucket as opened now, never through a link put in its place
+    # since it was listed: CorruptFile if the bucket is a link.
+    bucket = fsutil.open_dir(os.path.dirname(pending_path))
+    try:
+        fsutil.rename_cas(
+            os.path.basename(pending_path), claim_path(spool, new), True, src_dir_fd=bucket
+        )
+    finally:
+        os.close(bucket)
     if touched is not None:
         touched.update((os.path.dirname(pending_path), spool.claimed))
     return new
@@ -132,7 +168,18 @@ def requeue(spool: Spool, found: Located, run_at: int, touched: Touched | None =
 
 
 def _to_pending(spool: Spool, src: str, name: TaskName, touched: Touched | None) -> TaskName:
-    _move(src, spool.bucket_dir(name.bucket), str(name), touched)
+    bucket = spool.bucket_dir(name.bucket)
+    try:
+        _move(src, bucket, str(name), touched)
+    except CorruptFile as e:
+        if not os.path.lexists(bucket) or (os.path.isdir(bucket) and not os.path.islink(bucket)):
+            raise  # the source's directory, not the bucket, is what is wrong
+        # A member put a link (or a file) where the bucket goes: set it
+        # aside, so that the task goes into a real bucket.
+        reason = f"{e}; set aside to put {name.id} back in pending"
+        if spool.quarantine(bucket, reason, time.time_ns() // 1000):
+            log.warning("quarantined pending/%s: %s", name.bucket, reason)
+        _move(src, bucket, str(name), touched)
     return name
 
 
