@@ -92,8 +92,8 @@ def _recorded_move(
     rename already sees its new schedule; a lost race (or any failed rename)
     revokes it.
     """
-    log_dir, written = spool.log_dir(found.name.id), wall_us()
-    journal.append_durable(log_dir, event, written, **fields)
+    log_dir = spool.log_dir(found.name.id)
+    written = _record(log_dir, event, found.name.attempt, fields)
     if event == "retried":
         crash_point("retry.recorded")
     else:
@@ -101,7 +101,8 @@ def _recorded_move(
     try:
         name = move()
     except OSError:
-        journal.revoke(log_dir, event, written)
+        if written is not None:
+            journal.revoke(log_dir, event, written)
         raise
     if event == "retried":
         crash_point("retry.moved")
@@ -110,6 +111,23 @@ def _recorded_move(
     _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
     spool.ring()
     return name
+
+
+def _record(log_dir: str, event: str, attempt: int, fields: dict[str, Any]) -> int | None:
+    """Write the durable record of a schedule change; its time, or None if not needed.
+
+    A first attempt's schedule is its file name, so a member of a shared
+    spool, who may reschedule his own pending task but not write logs/,
+    moves it without the record. A later attempt's schedule is the record.
+    """
+    written = wall_us()
+    try:
+        journal.append_durable(log_dir, event, written, **fields)
+    except PermissionError:
+        if event != "rescheduled" or attempt != 1:
+            raise
+        return None
+    return written
 
 
 def reschedule(spool: Spool, task_id: str, run_at: int) -> TaskName:
