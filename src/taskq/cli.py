@@ -24,6 +24,8 @@ from taskq.spool import STATES, Located, Spool
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
+    MAIL_MODES,
+    MAX_AFTER,
     MAX_STDIN,
     TaskBody,
     check_id,
@@ -109,6 +111,25 @@ def cli(ctx: click.Context, spool: str | None) -> None:
     help="Submit one task per NDJSON line of FILE (- for standard input); "
     "the options above are the defaults for every line.",
 )
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="ID[,ID...]",
+    help="Wait until these tasks have ended (repeatable), even past run_at.",
+)
+@click.option(
+    "--after-ok/--after-any",
+    "after_ok",
+    default=True,
+    help="Run only if every --after task is done (else cancel), or however they ended.",
+)
+@click.option(
+    "--mail",
+    type=click.Choice(MAIL_MODES),
+    help="Mail the submitter (or MAILTO) when the task fails, always or never "
+    "[default: failure if MAILTO is set, else never].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the id.")
 @click.argument("command", nargs=-1)
 @click.pass_context
@@ -119,6 +140,7 @@ def submit(ctx: click.Context, /, **opts: Any) -> None:
     from taskq.submit import submit_batch
 
     now = wall_us()
+    opts["after"] = _after_ids(opts["after"])
     if opts["batch"] is None:
         if not opts["command"]:
             raise BadInput("missing COMMAND (or give --batch FILE)")
@@ -127,6 +149,10 @@ def submit(ctx: click.Context, /, **opts: Any) -> None:
         bodies = _read_batch(opts, now)
     spool = _spool(ctx)
     _init(spool)
+    if opts["after"]:
+        from taskq import deps
+
+        deps.check_known(spool, opts["after"])
     limits.check(spool, config.load(spool.root).limits, now, adding=len(bodies))
     if opts["batch"] is None:
         results = [submit_one(spool, bodies[0])]
@@ -145,7 +171,12 @@ def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:
 
     if opts["command"]:
         raise BadInput("give COMMAND or --batch, not both")
-    for option, value in (("--key", opts["key"]), ("--stdin", opts["use_stdin"] or None)):
+    given = (
+        ("--key", opts["key"]),
+        ("--stdin", opts["use_stdin"] or None),
+        ("--after", opts["after"] or None),
+    )
+    for option, value in given:
         if value is not None:
             raise BadInput(f"{option} does not go with --batch; give it per line")
     try:
@@ -171,7 +202,23 @@ def _request(opts: dict[str, Any], now: int) -> request.Request:
         timeout=opts["timeout"],
         expires=opts["expires"],
         stdin=_read_stdin() if opts["use_stdin"] else None,
+        after=opts["after"],
+        after_any=not opts["after_ok"],
+        mail=opts["mail"],
     )
+
+
+def _after_ids(values: tuple[str, ...]) -> list[str]:
+    """The ids of --after ID[,ID...] (repeatable), checked, each once, in order."""
+    ids: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            task_id = check_id(part)
+            if task_id not in ids:
+                ids.append(task_id)
+    if len(ids) > MAX_AFTER:
+        raise BadInput(f"--after names {len(ids)} tasks; at most {MAX_AFTER}")
+    return ids
 
 
 def _read_stdin() -> bytes:
@@ -417,6 +464,11 @@ def show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     from taskq import journal
 
     doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))
+    if body.after:
+        from taskq import deps
+
+        states = deps.states_of(spool, body.after)
+        doc["after"] = [{"id": i, "state": states.get(i, "gone")} for i in body.after]
     click.echo(json.dumps(doc, indent=1) if as_json else describe(doc))
 
 
@@ -470,10 +522,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(records, indent=1))
         return
-    from taskq.render import daemon_line
+    from taskq import pause as pausing
+    from taskq.render import daemon_line, paused_line
 
     for r in records:
         click.echo(daemon_line(r))
+    for held in pausing.active(_spool(ctx), wall_us()):
+        click.echo(paused_line(held.to_doc()))
 
 
 @cli.command()
@@ -605,6 +660,40 @@ def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | None) -> 
     if len(results) < len(set(check_id(t) for t in task_ids)):
         raise WaitTimeout("wait timed out")
     ctx.exit(errors.wait_status(results))
+
+
+@cli.command()
+@click.argument("queue", metavar="QUEUE")
+@click.option(
+    "--until",
+    metavar="WHEN",
+    help="Resume by itself at WHEN (a time as for submit --at) [default: when resumed].",
+)
+@click.pass_context
+def pause(ctx: click.Context, queue: str, until: str | None) -> None:
+    """Stop starting QUEUE's tasks, on every daemon, until resumed (or --until)."""
+    from taskq import pause as pausing
+
+    now = wall_us()
+    when = None if until is None else request.run_at(until, None, now, ("--until", "--until"))
+    if when is not None and when <= now:
+        raise BadInput(f"--until {until} is not in the future")
+    spool = _spool(ctx)
+    _init(spool)
+    done = pausing.pause(spool, check_queue(queue), when, now)
+    shown = "until resumed" if done.until is None else f"until {format_iso(done.until)}"
+    click.echo(f"paused {done.queue} {shown}")
+
+
+@cli.command()
+@click.argument("queue", metavar="QUEUE")
+@click.pass_context
+def resume(ctx: click.Context, queue: str) -> None:
+    """Start QUEUE's tasks again; they drain through the usual fair scheduling."""
+    from taskq import pause as pausing
+
+    pausing.resume(_spool(ctx), check_queue(queue))
+    click.echo(f"resumed {queue}")
 
 
 # -- entry point -------------------------------------------------------------

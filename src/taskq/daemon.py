@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from taskq import config, runner
+from taskq.aftermath import Aftermath
 from taskq.attempts import Attempts, Prepared
 from taskq.clock import Clock
 from taskq.clockguard import ClockGuard
@@ -74,9 +75,11 @@ class Daemon:
         self.health = Health(spool.run, self.owner.host, self.owner.pid, _public(settings))
         self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
         backoff = Backoff(settings.retry_delay, settings.retry_cap)
-        self.settler = Settler(spool, self.commit, backoff, self._requeued)
+        spool_config = config.load(spool.root)
+        self.aftermath = Aftermath(spool, spool_config.notify, self.clock.now, settings.rescan)
+        self.settler = Settler(spool, self.commit, backoff, self._requeued, self.aftermath.ended)
         crew = Crew(spool, self.owner, self.clock, settings.lease, self.commit, self.settler)
-        self.dispatcher = Dispatcher(crew, config.load(spool.root).security)
+        self.dispatcher = Dispatcher(crew, spool_config.security)
         self.recovery = Recovery(crew, self.attempts)
         self.housekeeper = Housekeeper(
             spool, self.clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done
@@ -104,6 +107,7 @@ class Daemon:
         self.wake.install()
         runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
         self.housekeeper.start()
+        self.aftermath.start()
         log.info(
             "taskq daemon %s started on %s: %d workers, lease %s",
             self.owner.host,
@@ -116,6 +120,7 @@ class Daemon:
                 self._guarded_iteration()
         finally:
             self.housekeeper.stop()
+            self.aftermath.stop()
             self.wake.close()
             self.attempts.close()
             self.health.unlock()
@@ -157,6 +162,7 @@ class Daemon:
         if not self.stopping:
             self._find_due_work(now)
         self.commit.commit()
+        self.aftermath.committed()
         if self.prepared:
             crash_point("daemon.committed")
             self.prepared = self.starter.start_due(self.prepared)
@@ -212,7 +218,8 @@ class Daemon:
     def _caps(self) -> QueueCaps:
         busy = [r.body.queue for r in self.attempts.all()]
         busy += [p.body.queue for p in self.prepared]
-        return QueueCaps(self.cfg.queue_limits, self.cfg.workers, busy)
+        paused = self.dispatcher.pauses.held(self.clock.now())
+        return QueueCaps(self.cfg.queue_limits, self.cfg.workers, busy, paused)
 
     # -- the clock and health -----------------------------------------------
 
@@ -268,6 +275,9 @@ class Daemon:
         if mono < self.starter.paused_until:
             out.append(self.starter.paused_until)
             return out
+        lapses = self.dispatcher.pauses.next_end(self.clock.now())
+        if lapses is not None:  # a pause --until ends: its queue's due tasks start
+            out.append(mono + lapses - self.clock.now())
         nxt = index.next_run_at(self._caps().open)
         free = self.cfg.workers - len(self.attempts) - len(self.prepared)
         if nxt is not None and free > 0 and self.guard.ok:

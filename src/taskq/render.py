@@ -20,6 +20,7 @@ def summary(found: Located, body: TaskBody | None) -> dict[str, Any]:
         "attempt": found.name.attempt,
         "queue": body.queue if body else None,
         "command": body.argv if body else None,
+        "after": body.after if body else [],
     }
 
 
@@ -36,6 +37,8 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
         timeout=None if body.timeout is None else body.timeout / SECOND,
         expires=None if body.expires is None else body.expires / SECOND,
         stdin_bytes=None if body.stdin is None else len(body.stdin),
+        after_mode="any" if body.after_any else "ok",
+        mail=body.mail,
         expired=journal.expired(records),
         budget_from=journal.budget_start(records, found.name.attempt),
         path=found.path,
@@ -53,6 +56,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [header]
     for r in rows:
         command = shlex.join(r["command"]).replace("\n", "\\n") if r["command"] else "?"
+        if r["state"] == "waiting" and r.get("after"):
+            command += f"  (after {','.join(r['after'])})"
         run_at = r["run_at"][:23] + "Z"
         lines.append((r["id"], r["state"], run_at, str(r["attempt"]), r["queue"] or "?", command))
     widths = [max(len(line[i]) for line in lines) for i in range(5)]
@@ -87,8 +92,15 @@ def stats_text(doc: dict[str, Any]) -> str:
             f"{k} {format_duration(round(late[k] * SECOND))}" for k in ("p50", "p90", "p99", "max")
         )
         out.append(f"lateness of the last {late['attempts']} attempts: {parts}")
+    out.extend(paused_line(p) for p in doc.get("paused", []))
     out.extend(f"daemon {daemon_line(r)}" for r in doc["daemons"])
     return "\n".join(out)
+
+
+def paused_line(p: dict[str, Any]) -> str:
+    """A paused queue on one line, as `taskq stats` and `taskq status` print it."""
+    until = "until resumed" if p["until"] is None else f"until {p['until']}"
+    return f"paused: queue {p['queue']} {until} (since {p['paused_at']})"
 
 
 def daemon_line(r: dict[str, Any]) -> str:
@@ -116,12 +128,21 @@ def describe(doc: dict[str, Any]) -> str:
         ("attempt", _attempt_text(doc)),
         ("cwd", doc["cwd"]),
     ]
-    for opt in ("key", "timeout", "expires", "owner", "lease_expiry"):
+    for opt in ("key", "timeout", "expires", "mail", "owner", "lease_expiry"):
         if doc.get(opt) is not None:
             fields.append((opt, str(doc[opt])))
+    if doc.get("after"):
+        fields.append(("after", _after_text(doc)))
     out = [f"{k + ':':<11}{v}" for k, v in fields]
     out.extend(_journal_line(r) for r in doc["attempts"])
     return "\n".join(out)
+
+
+def _after_text(doc: dict[str, Any]) -> str:
+    """'01H.. (done), 01J.. (running); runs only if all are done'."""
+    deps = ", ".join(f"{d['id']} ({d['state']})" for d in doc["after"])
+    rule = "runs however they end" if doc["after_mode"] == "any" else "runs only if all are done"
+    return f"{deps}; {rule}"
 
 
 def _attempt_text(doc: dict[str, Any]) -> str:

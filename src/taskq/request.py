@@ -47,6 +47,9 @@ class Request:
     timeout: int | None = None  # microseconds
     expires: int | None = None  # microseconds after run_at
     stdin: bytes | None = None
+    after: list[str] = field(default_factory=list)
+    after_any: bool = False
+    mail: str | None = None
 
     def body(self, argv: Sequence[str], now: int) -> TaskBody:
         """The task body asking to run argv so, submitted now, with a fresh id."""

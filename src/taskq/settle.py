@@ -14,9 +14,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from taskq import journal, policy, transitions
+from taskq import deps, journal, policy, transitions
 from taskq.attempts import Running
 from taskq.commit import GroupCommit
+from taskq.event import Ended
 from taskq.faults import crash_point
 from taskq.spool import Spool
 from taskq.task import ClaimName, TaskBody, TaskName
@@ -34,11 +35,13 @@ class Settler:
         commit: GroupCommit,
         backoff: policy.Backoff,
         requeued: Callable[[TaskName], None],
+        on_end: Callable[[Ended, bool], None] = lambda ended, waited_for: None,
     ) -> None:
         self.spool = spool
         self.commit = commit
         self.backoff = backoff
         self.requeued = requeued  # a task went back to pending: the due index wants it
+        self.on_end = on_end  # a task ended (and whether something waits for it)
 
     def note(self, held: ClaimName, event: str, now: int, **fields: Any) -> None:
         log_dir = self.spool.log_dir(held.task.id)
@@ -122,10 +125,13 @@ class Settler:
     def finish(self, held: ClaimName, state: str, now: int) -> None:
         """Move a claim to an end state; a cancel that raced the end wins."""
         try:
-            transitions.finish(self.spool, held, state, now, self.commit.touched)
+            dest = transitions.finish(self.spool, held, state, now, self.commit.touched)
             crash_point("daemon.finished")
         except FileNotFoundError:
             self._lost_race(held, now, "as its attempt ended")
+            return
+        waited_for = deps.mark_ended(self.spool, held.task.id, state, self.commit.touched)
+        self.on_end(Ended(held.task, state, dest), waited_for)
 
     def release(self, held: ClaimName, now: int, reason: str) -> None:
         """Put a claim that never started back in pending, unchanged."""

@@ -20,6 +20,7 @@ from taskq.timespec import format_compact
 
 SUBDIRS = (
     "tmp",
+    "waiting",
     "pending",
     "claimed",
     "done",
@@ -29,8 +30,10 @@ SUBDIRS = (
     "logs",
     "keys",
     "run",
+    "deps",
+    "paused",
 )
-STATES = ("pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
+STATES = ("waiting", "pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
 _PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
 END_STATES = ("done", "failed", "cancelled")
 DOORBELL = "doorbell"
@@ -67,6 +70,7 @@ class Spool:
         self.doorbell = os.path.join(self.root, DOORBELL)
 
     tmp: str
+    waiting: str
     pending: str
     claimed: str
     done: str
@@ -76,6 +80,8 @@ class Spool:
     logs: str
     keys: str
     run: str
+    deps: str
+    paused: str
 
     def init(self) -> None:
         """Create the layout (idempotent), with permissions for one owner."""

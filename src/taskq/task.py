@@ -24,6 +24,8 @@ DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_STDIN = 1 << 20  # bytes of --stdin payload a task may carry
 MAX_BODY = 4 << 20  # a larger file in the spool is corrupt by definition
+MAIL_MODES = ("failure", "always", "never")
+MAX_AFTER = 100  # dependencies one task may name
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
@@ -182,6 +184,9 @@ class TaskBody:
     timeout: int | None = None  # microseconds
     expires: int | None = None  # microseconds after run_at
     stdin: bytes | None = None
+    after: list[str] = field(default_factory=list)  # ids of tasks it waits for (--after)
+    after_any: bool = False  # run however they ended (--after-any), not only if all are done
+    mail: str | None = None  # --mail: failure, always or never; None: as MAILTO says
 
     def to_json(self) -> bytes:
         """Serialise to the on-disk JSON form (documented in taskq-spool(5))."""
@@ -200,6 +205,11 @@ class TaskBody:
             "submitted_at": format_iso(self.submitted_at),
             "stdin": None if self.stdin is None else base64.b64encode(self.stdin).decode(),
         }
+        if self.after:  # written only when given, so older readers see the same bodies
+            doc["after"] = self.after
+            doc["after_mode"] = "any" if self.after_any else "ok"
+        if self.mail is not None:
+            doc["mail"] = self.mail
         return (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode()
 
     @classmethod
@@ -239,7 +249,29 @@ class TaskBody:
             run_at=parse_when(_str(doc, "run_at"), 0),
             submitted_at=parse_when(_str(doc, "submitted_at"), 0),
             stdin=None if stdin is None else base64.b64decode(_str(doc, "stdin"), validate=True),
+            after=_after(doc),
+            after_any=_choice(doc, "after_mode", ("ok", "any"), "ok") == "any",
+            mail=_opt_choice(doc, "mail", MAIL_MODES),
         )
+
+
+def _after(doc: dict[str, Any]) -> list[str]:
+    value = doc.get("after") or []
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise CorruptFile("bad task body: after must be a list of task ids")
+    return [check_id(v) for v in value]
+
+
+def _choice(doc: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+    value = _opt_choice(doc, key, allowed)
+    return default if value is None else value
+
+
+def _opt_choice(doc: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str | None:
+    value = doc.get(key)
+    if value is not None and value not in allowed:
+        raise CorruptFile(f"bad task body: {key} must be one of {', '.join(allowed)}")
+    return value
 
 
 def _secs(us: int | None) -> float | None:
