@@ -663,37 +663,40 @@ def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | None) -> 
 
 
 @cli.command()
-@click.argument("queue", metavar="QUEUE")
+@click.argument("queues", metavar="QUEUE...", nargs=-1, required=True)
 @click.option(
     "--until",
     metavar="WHEN",
     help="Resume by itself at WHEN (a time as for submit --at) [default: when resumed].",
 )
 @click.pass_context
-def pause(ctx: click.Context, queue: str, until: str | None) -> None:
-    """Stop starting QUEUE's tasks, on every daemon, until resumed (or --until)."""
+def pause(ctx: click.Context, queues: tuple[str, ...], until: str | None) -> None:
+    """Stop starting the queues' tasks, on every daemon, until resumed (or --until)."""
     from taskq import pause as pausing
 
     now = wall_us()
     when = None if until is None else request.run_at(until, None, now, ("--until", "--until"))
     if when is not None and when <= now:
         raise BadInput(f"--until {until} is not in the future")
+    names = [check_queue(q) for q in queues]
     spool = _spool(ctx)
     _init(spool)
-    done = pausing.pause(spool, check_queue(queue), when, now)
-    shown = "until resumed" if done.until is None else f"until {format_iso(done.until)}"
-    click.echo(f"paused {done.queue} {shown}")
+    for held in pausing.pause(spool, names, when, now):
+        shown = "until resumed" if held.until is None else f"until {format_iso(held.until)}"
+        click.echo(f"paused {held.queue} {shown}")
 
 
 @cli.command()
-@click.argument("queue", metavar="QUEUE")
+@click.argument("queues", metavar="QUEUE...", nargs=-1, required=True)
 @click.pass_context
-def resume(ctx: click.Context, queue: str) -> None:
-    """Start QUEUE's tasks again; they drain through the usual fair scheduling."""
+def resume(ctx: click.Context, queues: tuple[str, ...]) -> None:
+    """Start the queues' tasks again; they drain through the usual fair scheduling."""
     from taskq import pause as pausing
 
-    pausing.resume(_spool(ctx), check_queue(queue))
-    click.echo(f"resumed {queue}")
+    names = [check_queue(q) for q in queues]
+    pausing.resume(_spool(ctx), names)
+    for name in names:
+        click.echo(f"resumed {name}")
 
 
 # -- entry point -------------------------------------------------------------

@@ -41,27 +41,32 @@ class Pause:
         return {"queue": self.queue, "until": until, "paused_at": format_iso(self.paused_at)}
 
 
-def pause(spool: Spool, queue: str, until: int | None, now: int) -> Pause:
-    """Pause a queue (durably, for every daemon); a second pause replaces the first."""
-    found = Pause(check_queue(queue), until, now)
-    doc = {**found.to_doc(), "by_uid": os.getuid()}
-    tmp = os.path.join(spool.tmp, f".pause-{queue}-{os.getpid()}")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    fsutil.write_new(tmp, (json.dumps(doc) + "\n").encode())
+def pause(spool: Spool, queues: list[str], until: int | None, now: int) -> list[Pause]:
+    """Pause queues (durably, for every daemon); a second pause replaces the first."""
+    done = []
     fsutil.ensure_dir(spool.paused)
-    os.replace(tmp, os.path.join(spool.paused, queue))  # a replace is the point here
+    for queue in queues:
+        held = Pause(check_queue(queue), until, now)
+        doc = {**held.to_doc(), "by_uid": os.getuid()}
+        tmp = os.path.join(spool.tmp, f".pause-{held.queue}-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        fsutil.write_new(tmp, (json.dumps(doc) + "\n").encode())
+        os.replace(tmp, os.path.join(spool.paused, held.queue))  # replacing is the point
+        done.append(held)
     fsutil.fsync_dir(spool.paused)
     spool.ring()
-    return found
+    return done
 
 
-def resume(spool: Spool, queue: str) -> None:
-    """Resume a paused queue; Conflict if it is not paused."""
-    try:
-        os.unlink(os.path.join(spool.paused, check_queue(queue)))
-    except FileNotFoundError:
-        raise Conflict(f"queue {queue} is not paused") from None
+def resume(spool: Spool, queues: list[str]) -> None:
+    """Resume paused queues, all before the doorbell rings; Conflict if one is not paused."""
+    for queue in queues:
+        if not os.path.exists(os.path.join(spool.paused, check_queue(queue))):
+            raise Conflict(f"queue {queue} is not paused")
+    for queue in queues:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(spool.paused, queue))
     fsutil.fsync_dir(spool.paused)
     spool.ring()
 
