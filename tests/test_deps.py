@@ -61,13 +61,10 @@ def test_after_ok_chain_whose_middle_task_fails(
 
 def test_unknown_dependency_is_refused_and_nothing_is_written(tq: Taskq) -> None:
     known = tq.submit("--in", "1h", "--", "true")
-    proc = tq.run(
-        "submit", "--after", f"{known},01M8NVZZEZZGH6Q9TEMTSY3RJA", "--", "true", check=False
-    )
+    unknown = "01M8NVZZEZZGH6Q9TEMTSY3RJA"
+    proc = tq.run("submit", "--after", f"{known},{unknown}", "--", "true", check=False)
     assert proc.returncode == 3
-    assert proc.stderr.decode().splitlines() == [
-        f"taskq: --after: no task {unknown} in {tq.spool}"
-    ]
+    assert proc.stderr.decode().splitlines() == [f"taskq: --after: no task {unknown} in {tq.spool}"]
     assert os.listdir(tq.spool / "waiting") == [] and os.listdir(tq.spool / "deps") == []
     assert tq.run("submit", "--after", "nonsense", "--", "true", check=False).returncode == 2
     batch = tq.run("submit", "--after", known, "--batch", "-", input=b"", check=False)
