@@ -9,6 +9,7 @@ crash could still undo, and the loop never waits for either thread.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from taskq.config import Notify
@@ -16,6 +17,8 @@ from taskq.event import Ended
 from taskq.resolver import Resolver
 from taskq.spool import Spool
 from taskq.teller import Teller
+
+STOP_WAIT = 5.0  # seconds a stopping daemon waits for ends still to be told
 
 
 class Aftermath:
@@ -32,9 +35,13 @@ class Aftermath:
         self.teller.start()
         self.resolver.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = STOP_WAIT) -> None:
+        """Ask both threads to finish what they were handed; wait a little for them."""
         self.resolver.stop()
         self.teller.stop()
+        deadline = time.monotonic() + wait
+        for thread in (self.resolver.thread, self.teller.thread):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def ended(self, ended: Ended, waited_for: bool) -> None:
         """A task ended this iteration (not yet durable); waited_for: it has dependents."""

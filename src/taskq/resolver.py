@@ -39,10 +39,10 @@ class Resolver:
         self.every = every / SECOND
         self.tell = tell
         self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="taskq-resolver", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="taskq-resolver", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self.thread.start()
 
     def stop(self) -> None:
         self._queue.put(None)

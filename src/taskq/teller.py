@@ -48,10 +48,10 @@ class Teller:
         self.notify = notify
         self.wall = wall
         self._queue: queue.Queue[Ended | None] = queue.Queue(BACKLOG)
-        self._thread = threading.Thread(target=self._run, name="taskq-teller", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="taskq-teller", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self.thread.start()
 
     def stop(self) -> None:
         try:
