@@ -138,12 +138,19 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
     and sticky bits included, so that the group can use (or read) it as it
     can its parent, and no member can remove another's files.
     """
-    try:
-        os.mkdir(path, mode)
-    except FileExistsError:
-        if os.path.islink(path) or not os.path.isdir(path):
-            raise CorruptFile(f"{path} exists and is not a directory") from None
-        return False
+    for _ in range(100):
+        try:
+            os.mkdir(path, mode)
+            break
+        except FileExistsError:
+            if os.path.isdir(path) and not os.path.islink(path):
+                return False
+            if os.path.lexists(path):
+                raise CorruptFile(f"{path} exists and is not a directory") from None
+            # Gone between mkdir and the look: a daemon removed an empty
+            # bucket meanwhile (found under load by test_many_daemons).
+    else:
+        raise OSError(f"{path} keeps vanishing")
     parent = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
     if parent & 0o070 and not parent & 0o007:
         # A shared spool's directory: open to its group, closed to others
