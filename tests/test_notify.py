@@ -200,5 +200,5 @@ def test_who_gets_mail(
     mode: str | None, env: dict[str, str], state: str, reason: str | None, expected: str | None
 ) -> None:
     body = TaskBody(id="0" * 26, argv=["true"], run_at=0, submitted_at=0, env=env, mail=mode)
-    got = mail.recipient(body, state, reason, os.getuid())
+    got = mail.recipient(body, state, reason, os.getuid)
     assert got == (getpass.getuser() if expected == "me" else expected)

@@ -144,7 +144,7 @@ class Dispatcher(Part):
         deadline = expired(now, scheduled, body.expires)
         if deadline is not None:
             self.settler.note(held, "expired", now, deadline=format_iso(deadline))
-            self.settler.finish(held, "failed", now)
+            self.settler.finish(held, "failed", now, body)
             return None
         try:
             held = transitions.start(self.spool, held, self.commit.touched)

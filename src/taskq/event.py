@@ -26,6 +26,7 @@ class Ended:
     state: str  # done, failed or cancelled
     path: str
     reason: str | None = None  # why, when the mover knows (a dependency's end)
+    body: TaskBody | None = None  # when the mover has it at hand (saves the teller a read)
 
 
 def build(

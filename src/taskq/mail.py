@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pwd
 import shlex
+from collections.abc import Callable
 from email.message import EmailMessage
 from typing import Any
 
@@ -24,13 +25,15 @@ TAIL_BYTES = 4096  # of the last attempt's output, in the message
 TAIL_LINES = 40
 
 
-def recipient(body: TaskBody, state: str, reason: str | None, owner_uid: int) -> str | None:
-    """Whom to mail about this end, or None for no mail."""
+def recipient(
+    body: TaskBody, state: str, reason: str | None, owner: Callable[[], int]
+) -> str | None:
+    """Whom to mail about this end, or None; owner() gives the task file's uid."""
     mailto = body.env.get("MAILTO")
     mode = body.mail or ("failure" if mailto else "never")
     if mode == "never" or (mode == "failure" and not is_failure(state, reason)):
         return None
-    return mailto or _user(owner_uid)
+    return mailto or _user(owner())
 
 
 def is_failure(state: str, reason: str | None) -> bool:

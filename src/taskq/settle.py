@@ -110,7 +110,7 @@ class Settler:
             return
         if out.reason is not None:
             self.note(held, "dead", now, reason=out.reason)
-        self.finish(held, out.state, now)
+        self.finish(held, out.state, now, body)
 
     def retry(self, held: ClaimName, run_at: int, now: int) -> None:
         try:
@@ -122,7 +122,7 @@ class Settler:
         self.note(held, "retry", now, next_attempt=name.attempt, run_at=format_iso(name.run_at))
         self.requeued(name)
 
-    def finish(self, held: ClaimName, state: str, now: int) -> None:
+    def finish(self, held: ClaimName, state: str, now: int, body: TaskBody | None = None) -> None:
         """Move a claim to an end state; a cancel that raced the end wins."""
         try:
             dest = transitions.finish(self.spool, held, state, now, self.commit.touched)
@@ -131,7 +131,7 @@ class Settler:
             self._lost_race(held, now, "as its attempt ended")
             return
         waited_for = deps.mark_ended(self.spool, held.task.id, state, self.commit.touched)
-        self.on_end(Ended(held.task, state, dest), waited_for)
+        self.on_end(Ended(held.task, state, dest, body=body), waited_for)
 
     def release(self, held: ClaimName, now: int, reason: str) -> None:
         """Put a claim that never started back in pending, unchanged."""

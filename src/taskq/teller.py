@@ -77,8 +77,12 @@ class Teller:
 
     def one(self, ended: Ended) -> None:
         """Run the hook and send mail for one ended task, as configured and asked."""
-        body, owner = self._body(ended.path)
-        to = None if body is None else mail.recipient(body, ended.state, ended.reason, owner)
+        body = ended.body or self._body(ended.path)
+        to = (
+            None
+            if body is None
+            else mail.recipient(body, ended.state, ended.reason, lambda: _owner(ended.path))
+        )
         hook = self.notify if self.notify and ended.state in self.notify.on else None
         if to is None and hook is None:
             return
@@ -92,12 +96,11 @@ class Teller:
             told["mail"] = self._mail(to, doc, hook.timeout if hook else MAIL_TIMEOUT)
         journal.append(log_dir, "told", self.wall(), attempt=ended.name.attempt, **told)
 
-    def _body(self, path: str) -> tuple[TaskBody | None, int]:
+    def _body(self, path: str) -> TaskBody | None:
         try:
-            body, owner = self.spool.read_task(path)
-            return body, owner
+            return self.spool.read_body(path)
         except (CorruptFile, OSError):
-            return None, os.getuid()  # moved on (retried, pruned): tell what we know
+            return None  # moved on (retried, pruned): tell what we know
 
     def _hook(self, hook: Notify, doc: dict[str, object]) -> str:
         data = (event.json_line(doc)).encode()
@@ -116,6 +119,14 @@ class Teller:
         if outcome != "exit 0":
             log.warning("mail to %s about %s: sendmail %s", to, doc["id"], outcome)
         return f"to {to}: {outcome}"
+
+
+def _owner(path: str) -> int:
+    """The uid that owns a task file (its submitter); ours if it is gone."""
+    try:
+        return os.stat(path).st_uid
+    except OSError:
+        return os.getuid()
 
 
 def find_sendmail() -> str | None:
