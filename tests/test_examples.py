@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -60,6 +61,8 @@ def test_every_example_is_tested() -> None:
         "from-crontab.sh",
         "from-systemd-timer.sh",
         "fenced-append.sh",
+        "pipeline.sh",
+        "notify-chat.sh",
     }
     assert {p.name for p in EXAMPLES.glob("*.sh")} == tested
 
@@ -247,3 +250,60 @@ def test_fenced_append_refuses_a_superseded_attempt(
     assert late.returncode == 4
     assert b"refused: token" in late.stderr
     assert ledger.read_text() == "attempt 1\nattempt 2\n"
+def test_pipeline(
+    tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    ids = run_example("pipeline.sh", str(work)).stdout.decode().split()
+    assert len(ids) == 4 and tq.state(ids[1]) == "waiting"
+    start_daemon()
+    tq.run("wait", "--timeout", "60s", *ids)
+    assert (work / "published.txt").read_text().splitlines()[1] == "Hello, Pipeline"
+    assert not (work / "raw.txt").exists()  # the cleanup ran last
+    starts = [tq.show(i)["attempts"][0]["time"] for i in ids]
+    assert starts == sorted(starts)
+
+
+class Chat(http.server.BaseHTTPRequestHandler):
+    posts: ClassVar[list[dict[str, str]]] = []
+
+    def do_POST(self) -> None:
+        Chat.posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_notify_chat(tq: Taskq, start_daemon: StartDaemon) -> None:
+    if subprocess.run(["sh", "-c", "command -v curl"], capture_output=True).returncode:
+        pytest.skip("curl is missing")
+    server = http.server.HTTPServer(("127.0.0.1", 0), Chat)
+    Chat.posts = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hooks/XYZ"
+        tq.spool.mkdir(parents=True)
+        hook = json.dumps(["sh", str(EXAMPLES / "notify-chat.sh"), url])
+        (tq.spool / "config.toml").write_text(f'[notify]\ncommand = {hook}\non = ["failed"]\n')
+        start_daemon()
+        ok = tq.submit("--", "true")
+        bad = tq.submit("--max-attempts", "1", "--", "sh", "-c", "exit 3")
+        tq.run("wait", ok, bad, check=False)
+        told = [r for r in tq.show(bad)["attempts"] if r["event"] == "told"]
+        deadline = time.monotonic() + 30
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.05)
+            told = [r for r in tq.show(bad)["attempts"] if r["event"] == "told"]
+        assert told[0]["hook"] == "exit 0"
+        (post,) = Chat.posts
+        first = post["text"].splitlines()[0]
+        assert (
+            first
+            == f"taskq: {bad} failed (exit status 3) on testhost after 1 attempt(s): sh -c 'exit 3'"
+        )
+    finally:
+        server.shutdown()
+        server.server_close()

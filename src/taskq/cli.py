@@ -25,6 +25,8 @@ from taskq.spool import STATES, Located, Spool
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
+    MAIL_MODES,
+    MAX_AFTER,
     MAX_STDIN,
     TaskBody,
     check_id,
@@ -126,6 +128,25 @@ def cli(ctx: click.Context, spool: str | None) -> None:
     help="Submit one task per NDJSON line of FILE (- for standard input); "
     "the options above are the defaults for every line.",
 )
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="ID[,ID...]",
+    help="Wait until these tasks have ended (repeatable), even past run_at.",
+)
+@click.option(
+    "--after-ok/--after-any",
+    "after_ok",
+    default=True,
+    help="Run only if every --after task is done (else cancel), or however they ended.",
+)
+@click.option(
+    "--mail",
+    type=click.Choice(MAIL_MODES),
+    help="Mail the submitter (or MAILTO) when the task fails, always or never "
+    "[default: failure if MAILTO is set, else never].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the id.")
 @click.argument("command", nargs=-1)
 @click.pass_context
@@ -136,6 +157,7 @@ def submit(ctx: click.Context, /, **opts: Any) -> None:
     from taskq.submit import submit_batch
 
     now = wall_us()
+    opts["after"] = _after_ids(opts["after"])
     if opts["batch"] is None:
         if not opts["command"]:
             raise BadInput("missing COMMAND (or give --batch FILE)")
@@ -144,6 +166,10 @@ def submit(ctx: click.Context, /, **opts: Any) -> None:
         bodies = _read_batch(opts, now)
     spool = _spool(ctx)
     _init(spool)
+    if opts["after"]:
+        from taskq import deps
+
+        deps.check_known(spool, opts["after"])
     limits.check(spool, config.load(spool.root).limits, now, adding=len(bodies))
     if opts["batch"] is None:
         results = [submit_one(spool, bodies[0])]
@@ -162,7 +188,12 @@ def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:
 
     if opts["command"]:
         raise BadInput("give COMMAND or --batch, not both")
-    for option, value in (("--key", opts["key"]), ("--stdin", opts["use_stdin"] or None)):
+    given = (
+        ("--key", opts["key"]),
+        ("--stdin", opts["use_stdin"] or None),
+        ("--after", opts["after"] or None),
+    )
+    for option, value in given:
         if value is not None:
             raise BadInput(f"{option} does not go with --batch; give it per line")
     try:
@@ -192,7 +223,23 @@ def _request(opts: dict[str, Any], now: int) -> request.Request:
         stdin=_read_stdin() if opts["use_stdin"] else None,
         umask=None if opts["no_env"] else submitter.umask(),
         env_recorded=not opts["no_env"],
+        after=opts["after"],
+        after_any=not opts["after_ok"],
+        mail=opts["mail"],
     )
+
+
+def _after_ids(values: tuple[str, ...]) -> list[str]:
+    """The ids of --after ID[,ID...] (repeatable), checked, each once, in order."""
+    ids: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            task_id = check_id(part)
+            if task_id not in ids:
+                ids.append(task_id)
+    if len(ids) > MAX_AFTER:
+        raise BadInput(f"--after names {len(ids)} tasks; at most {MAX_AFTER}")
+    return ids
 
 
 def _read_stdin() -> bytes:
@@ -496,6 +543,11 @@ def show(ctx: click.Context, task_id: str, as_json: bool, env: bool, local: bool
         click.echo(json.dumps(body.env, indent=1) if as_json else env_lines(body.env))
         return
     doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))
+    if body.after:
+        from taskq import deps
+
+        states = deps.states_of(spool, body.after)
+        doc["after"] = [{"id": i, "state": states.get(i, "gone")} for i in body.after]
     click.echo(json.dumps(doc, indent=1) if as_json else describe(doc, stamp))
 
 
@@ -551,10 +603,13 @@ def status(ctx: click.Context, as_json: bool, local: bool | None) -> None:
     if as_json:
         click.echo(json.dumps(records, indent=1))
         return
-    from taskq.render import daemon_line
+    from taskq import pause as pausing
+    from taskq.render import daemon_line, paused_line
 
     for r in records:
         click.echo(daemon_line(r, stamp))
+    for held in pausing.active(_spool(ctx), wall_us()):
+        click.echo(paused_line(held.to_doc()))
 
 
 @cli.command()
@@ -698,6 +753,41 @@ def wait(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | None) -> 
     ctx.exit(errors.wait_status(results))
 
 
+@cli.command()
+@click.argument("queues", metavar="QUEUE...", nargs=-1, required=True)
+@click.option(
+    "--until",
+    metavar="WHEN",
+    help="Resume by itself at WHEN (a time as for submit --at) [default: when resumed].",
+)
+@click.pass_context
+def pause(ctx: click.Context, queues: tuple[str, ...], until: str | None) -> None:
+    """Stop starting the queues' tasks, on every daemon, until resumed (or --until)."""
+    from taskq import pause as pausing
+
+    now = wall_us()
+    when = None if until is None else request.run_at(until, None, now, ("--until", "--until"))
+    if when is not None and when <= now:
+        raise BadInput(f"--until {until} is not in the future")
+    names = [check_queue(q) for q in queues]
+    spool = _spool(ctx)
+    _init(spool)
+    for held in pausing.pause(spool, names, when, now):
+        shown = "until resumed" if held.until is None else f"until {format_iso(held.until)}"
+        click.echo(f"paused {held.queue} {shown}")
+
+
+@cli.command()
+@click.argument("queues", metavar="QUEUE...", nargs=-1, required=True)
+@click.pass_context
+def resume(ctx: click.Context, queues: tuple[str, ...]) -> None:
+    """Start the queues' tasks again; they drain through the usual fair scheduling."""
+    from taskq import pause as pausing
+
+    names = [check_queue(q) for q in queues]
+    pausing.resume(_spool(ctx), names)
+    for name in names:
+        click.echo(f"resumed {name}")
 # -- inside a task -----------------------------------------------------------
 
 

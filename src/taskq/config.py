@@ -19,13 +19,23 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from taskq.errors import ConfigError
+from taskq.errors import ConfigError, TaskqError
 from taskq.security import Policy
+from taskq.timespec import SECOND, parse_duration
 
 CONFIG = "config.toml"
 _LIMITS = ("max_overdue", "min_free_bytes", "min_free_inodes")
 _SIZE = re.compile(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
 _SCALE = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+@dataclass(frozen=True)
+class Notify:
+    """The [notify] table: a hook run with one JSON event per ended task."""
+
+    command: tuple[str, ...]
+    on: frozenset[str] = frozenset(("done", "failed", "cancelled"))
+    timeout: int = 30 * SECOND
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,34 @@ class SpoolConfig:
         allow = _users(self.path, table, "allow")
         deny = _users(self.path, table, "deny")
         return Policy(allow=allow, deny=deny or frozenset())
+
+    @functools.cached_property
+    def notify(self) -> Notify | None:
+        """The [notify] table: command = [argv], on = [states], timeout; None if absent."""
+        table = self.doc.get("notify")
+        if table is None:
+            return None
+        where = f"{self.path}: notify"
+        if not isinstance(table, dict) or set(table) - {"command", "on", "timeout"}:
+            raise ConfigError(f"{where}: takes only command, on and timeout")
+        command = table.get("command")
+        if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
+            raise ConfigError(f"{where}.command must be a non-empty list of strings")
+        on = table.get("on", ["done", "failed", "cancelled"])
+        if not (isinstance(on, list) and set(on) <= {"done", "failed", "cancelled"}):
+            raise ConfigError(f"{where}.on must list some of done, failed, cancelled")
+        return Notify(tuple(command), frozenset(on), _duration(where, table.get("timeout", "30s")))
+
+
+def _duration(where: str, value: Any) -> int:
+    """A timeout: a DURATION string ("30s") or a number of seconds, above zero."""
+    try:
+        us = round(value * SECOND) if isinstance(value, int | float) else parse_duration(value)
+    except (TaskqError, TypeError, AttributeError):
+        us = 0
+    if isinstance(value, bool) or us <= 0:
+        raise ConfigError(f'{where}.timeout must be a duration above zero, e.g. "30s"')
+    return us
 
 
 def load(root: str) -> SpoolConfig:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 from taskq import config, runner
+from taskq.aftermath import Aftermath
 from taskq.attempts import Attempts, Prepared
 from taskq.clock import Clock
 from taskq.clockguard import ClockGuard
@@ -87,9 +88,18 @@ class Daemon:
             settings.metrics_file,
             settings.metrics_listen,
         )
-        self.settler = Settler(spool, self.commit, backoff, self._requeued, self.metrics.ended)
+        spool_config = config.load(spool.root)
+        self.aftermath = Aftermath(spool, spool_config.notify, self.clock.now, settings.rescan)
+        self.settler = Settler(
+            spool,
+            self.commit,
+            backoff,
+            self._requeued,
+            self.aftermath.ended,
+            on_attempt_end=self.metrics.ended,
+        )
         crew = Crew(spool, self.owner, self.clock, settings.lease, self.commit, self.settler)
-        self.dispatcher = Dispatcher(crew, config.load(spool.root).security)
+        self.dispatcher = Dispatcher(crew, spool_config.security)
         self.recovery = Recovery(crew, self.attempts)
         self.housekeeper = Housekeeper(
             spool, self.clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done
@@ -118,6 +128,7 @@ class Daemon:
         self.wake.install()
         runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
         self.housekeeper.start()
+        self.aftermath.start()
         try:
             self.exporter.start()  # counts off the loop: a long count never delays it
             log.info(
@@ -132,6 +143,7 @@ class Daemon:
         finally:
             self.exporter.stop()
             self.housekeeper.stop()
+            self.aftermath.stop()
             self.wake.close()
             self.attempts.close()
             self.health.unlock()
@@ -177,6 +189,7 @@ class Daemon:
                 self._pass_schedules(now, rang)  # catch-up decides before the first dispatch
             self._find_due_work(now)
         self.commit.commit()
+        self.aftermath.committed()
         if self.prepared:
             crash_point("daemon.committed")
             self.prepared = self.starter.start_due(self.prepared)
@@ -241,7 +254,8 @@ class Daemon:
     def _caps(self) -> QueueCaps:
         busy = [r.body.queue for r in self.attempts.all()]
         busy += [p.body.queue for p in self.prepared]
-        return QueueCaps(self.cfg.queue_limits, self.cfg.workers, busy)
+        paused = self.dispatcher.pauses.held(self.clock.now())
+        return QueueCaps(self.cfg.queue_limits, self.cfg.workers, busy, paused)
 
     # -- the clock and health -----------------------------------------------
 
@@ -300,6 +314,9 @@ class Daemon:
         if mono < self.starter.paused_until:
             out.append(self.starter.paused_until)
             return out
+        lapses = self.dispatcher.pauses.next_end(self.clock.now())
+        if lapses is not None:  # a pause --until ends: its queue's due tasks start
+            out.append(mono + lapses - self.clock.now())
         nxt = index.next_run_at(self._caps().open)
         free = self.cfg.workers - len(self.attempts) - len(self.prepared)
         if nxt is not None and free > 0 and self.guard.ok:

@@ -20,20 +20,30 @@ from taskq.crew import Crew, Part
 from taskq.dueindex import DueIndex
 from taskq.errors import CorruptFile
 from taskq.faults import crash_point
+from taskq.pause import Pauses
 from taskq.policy import expired
-from taskq.task import ClaimName, TaskBody
+from taskq.task import ClaimName, TaskBody, TaskName
 from taskq.timespec import format_iso
 
 
 class QueueCaps:
-    """Per-queue concurrency caps (--queue-limit) against what is busy now."""
+    """Per-queue concurrency caps (--queue-limit) and paused queues, against what is busy now."""
 
-    def __init__(self, limits: dict[str, int], default: int, busy: Iterable[str]) -> None:
+    def __init__(
+        self,
+        limits: dict[str, int],
+        default: int,
+        busy: Iterable[str],
+        paused: frozenset[str] = frozenset(),
+    ) -> None:
         self.limits = limits
         self.default = default
         self.busy = collections.Counter(busy)
+        self.paused = paused
 
     def open(self, queue: str) -> bool:
+        if queue in self.paused:
+            return False
         return not self.limits or self.busy[queue] < self.limits.get(queue, self.default)
 
 
@@ -44,11 +54,52 @@ class Dispatcher(Part):
         super().__init__(crew)
         self.run_policy = run_policy
         self.index = DueIndex(self.spool)
+        self.pauses = Pauses(self.spool)
+        self._deadlines: dict[str, int | None] = {}  # expiry of paused due tasks, by id
 
     def rescan(self, now: int) -> None:
-        """Rebuild the due index from the spool; quarantine what cannot be a task."""
-        for path, reason in self.index.rescan(now):
+        """Rebuild the due index and the pauses from the spool; quarantine what is bad."""
+        for path, reason in [*self.index.rescan(now), *self.pauses.reload()]:
             self.settler.quarantine(path, reason, now)
+        self.expire_paused(now)
+
+    def expire_paused(self, now: int) -> None:
+        """Fail the due tasks of paused queues whose --expires deadline has passed.
+
+        A paused task is not claimed, so its deadline is checked here, at each
+        rescan; each body is read once (its deadline is then remembered).
+        """
+        held = self.pauses.held(now)
+        if not held:
+            self._deadlines.clear()
+            return
+        for name, path in self.index.due_in(held, now):
+            if name.id not in self._deadlines:
+                self._deadlines[name.id] = self._deadline(path, name)
+            deadline = self._deadlines[name.id]
+            if deadline is None or now <= deadline:
+                continue
+            self.index.discard(name)
+            try:
+                held_claim = transitions.claim(
+                    self.spool, path, name, self.owner, self.expiry(now), self.commit.touched
+                )
+            except FileNotFoundError:
+                continue
+            self.settler.note(held_claim, "expired", now, deadline=format_iso(deadline))
+            self.settler.finish(held_claim, "failed", now)
+
+    def _deadline(self, path: str, name: TaskName) -> int | None:
+        try:
+            body = self.spool.read_body(path)
+        except (CorruptFile, OSError):
+            return None  # claimed meanwhile, or bad: the claim path judges it
+        if body.expires is None:
+            return None
+        scheduled = journal.scheduled_for(
+            self.spool.log_dir(body.id), name.attempt, name.run_at, body.run_at
+        )
+        return scheduled + body.expires
 
     def claim_due(self, now: int, free: int, caps: QueueCaps) -> list[Prepared]:
         """Claim up to `free` tasks due by now + the commit lead, and prepare each."""
@@ -96,7 +147,7 @@ class Dispatcher(Part):
         deadline = expired(now, scheduled, body.expires)
         if deadline is not None:
             self.settler.note(held, "expired", now, deadline=format_iso(deadline))
-            self.settler.finish(held, "failed", now)
+            self.settler.finish(held, "failed", now, body)
             return None
         try:
             held = transitions.start(self.spool, held, self.commit.touched)

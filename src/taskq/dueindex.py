@@ -147,6 +147,23 @@ class DueIndex:
             self._turn.append(name.queue)
         heapq.heappush(self._heaps[name.queue], (name, name.bucket))
 
+    def due_in(self, queues: frozenset[str], now: int) -> list[Entry]:
+        """The entries of these queues due by now, as (name, path)."""
+        return [
+            (name, os.path.join(self.spool.bucket_dir(bucket), str(name)))
+            for queue in queues
+            for name, bucket in self._heaps.get(queue, [])
+            if name.run_at <= now
+        ]
+
+    def discard(self, name: TaskName) -> None:
+        """Drop one entry (a paused task that expired)."""
+        heap = self._heaps.get(name.queue, [])
+        kept = [e for e in heap if e[0] != name]
+        if len(kept) != len(heap):
+            heapq.heapify(kept)
+            self._heaps[name.queue] = kept
+
     def next_run_at(self, eligible: Callable[[str], bool] = lambda q: True) -> int | None:
         """The earliest run_at among the queues that may start a task now."""
         tops = [h[0][0].run_at for q, h in self._heaps.items() if h and eligible(q)]

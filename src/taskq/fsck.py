@@ -76,6 +76,7 @@ class Checker:
                 self.quarantine(path, "not a day directory in done/")
                 continue
             self.tasks(path, claimed=False)
+        self.tasks(self.spool.waiting, claimed=False)
         self.tasks(self.spool.failed, claimed=False)
         self.tasks(self.spool.cancelled, claimed=False)
         self.duplicates()

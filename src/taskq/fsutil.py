@@ -191,7 +191,7 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
     and sticky bits included, so that the group can use (or read) it as it
     can its parent, and no member can remove another's files.
     """
-    while True:
+    for _ in range(100):
         try:
             os.mkdir(path, mode)
             break
@@ -203,6 +203,8 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
             if not stat.S_ISDIR(st.st_mode):
                 raise CorruptFile(f"{path} exists and is not a directory") from None
             return False
+    else:
+        raise OSError(f"{path} keeps vanishing")
     parent = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
     if parent & 0o070 and not parent & 0o007:
         # A shared spool's directory: open to its group, closed to others

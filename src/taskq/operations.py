@@ -8,6 +8,7 @@ it. Each change is journalled and made durable before we report it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from typing import Any
 
 from taskq import fsutil, journal, runner, transitions
 from taskq.clock import wall_us
-from taskq.errors import Conflict
+from taskq.errors import Conflict, TaskqError
 from taskq.faults import crash_point
 from taskq.spool import END_STATES, Located, Spool
 from taskq.task import TaskName, check_id
@@ -73,10 +74,21 @@ def cancel(spool: Spool, task_id: str) -> Located:
             was=found.state,
             by_pid=os.getpid(),
         )
+        _release_dependents(spool, found, dest)
         return found
 
     result: Located = _with_retries(spool, task_id, act)
     return result
+
+
+def _release_dependents(spool: Spool, found: Located, dest: str) -> None:
+    """After a cancel: what waited for the task is resolved; a waiting task waits no more."""
+    from taskq import deps
+
+    if found.state == "waiting":
+        with contextlib.suppress(TaskqError, OSError):
+            deps.forget(spool, spool.read_body(dest).after, found.name)
+    deps.after_end(spool, found.name.id, "cancelled", wall_us())
 
 
 def _recorded_move(

@@ -36,6 +36,7 @@ def summary(found: Located, body: TaskBody | None) -> dict[str, Any]:
         "attempt": found.name.attempt,
         "queue": body.queue if body else None,
         "command": body.argv if body else None,
+        "after": body.after if body else [],
     }
 
 
@@ -54,6 +55,8 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
         stdin_bytes=None if body.stdin is None else len(body.stdin),
         umask=None if body.umask is None else f"{body.umask:04o}",
         env_recorded=body.env_recorded,
+        after_mode="any" if body.after_any else "ok",
+        mail=body.mail,
         expired=journal.expired(records),
         exit_status=journal.exit_status(records),
         budget_from=journal.budget_start(records, found.name.attempt),
@@ -72,6 +75,8 @@ def table(rows: list[dict[str, Any]], stamp: Stamp = format_iso) -> str:
     lines = [header]
     for r in rows:
         command = shlex.join(r["command"]).replace("\n", "\\n") if r["command"] else "?"
+        if r["state"] == "waiting" and r.get("after"):
+            command += f"  (after {','.join(r['after'])})"
         run_at = re.sub(r"(\.\d{3})\d{3}", r"\1", restamp(r["run_at"], stamp))  # milliseconds
         lines.append((r["id"], r["state"], run_at, str(r["attempt"]), r["queue"] or "?", command))
     widths = [max(len(line[i]) for line in lines) for i in range(5)]
@@ -106,8 +111,15 @@ def stats_text(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:
             f"{k} {format_duration(round(late[k] * SECOND))}" for k in ("p50", "p90", "p99", "max")
         )
         out.append(f"lateness of the last {late['attempts']} attempts: {parts}")
+    out.extend(paused_line(p) for p in doc.get("paused", []))
     out.extend(f"daemon {daemon_line(r, stamp)}" for r in doc["daemons"])
     return "\n".join(out)
+
+
+def paused_line(p: dict[str, Any]) -> str:
+    """A paused queue on one line, as `taskq stats` and `taskq status` print it."""
+    until = "until resumed" if p["until"] is None else f"until {p['until']}"
+    return f"paused: queue {p['queue']} {until} (since {p['paused_at']})"
 
 
 def daemon_line(r: dict[str, Any], stamp: Stamp = format_iso) -> str:
@@ -138,9 +150,11 @@ def describe(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:
         ("env", _env_text(doc)),
         ("umask", doc["umask"] or "not recorded (the daemon's)"),
     ]
-    for opt in ("key", "timeout", "expires", "owner", "lease_expiry"):
+    for opt in ("key", "timeout", "expires", "mail", "owner", "lease_expiry"):
         if doc.get(opt) is not None:
             fields.append((opt, restamp(str(doc[opt]), stamp)))
+    if doc.get("after"):
+        fields.append(("after", _after_text(doc)))
     out = [f"{k + ':':<11}{v}" for k, v in fields]
     out.extend(restamp(_journal_line(r), stamp) for r in doc["attempts"])
     return "\n".join(out)
@@ -158,6 +172,11 @@ def _env_text(doc: dict[str, Any]) -> str:
 def env_lines(env: dict[str, str]) -> str:
     """A task's variables, one NAME=VALUE a line, each value quoted for sh(1) if it needs it."""
     return "\n".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+def _after_text(doc: dict[str, Any]) -> str:
+    """'01H.. (done), 01J.. (running); runs only if all are done'."""
+    deps = ", ".join(f"{d['id']} ({d['state']})" for d in doc["after"])
+    rule = "runs however they end" if doc["after_mode"] == "any" else "runs only if all are done"
+    return f"{deps}; {rule}"
 
 
 def _attempt_text(doc: dict[str, Any]) -> str:

@@ -59,6 +59,9 @@ class Request:
     stdin: bytes | None = None
     umask: int | None = None  # the submitter's (submitter.umask), or None: the daemon's
     env_recorded: bool = False  # env starts from the submitter's (submitter.record)
+    after: list[str] = field(default_factory=list)
+    after_any: bool = False
+    mail: str | None = None
 
     def body(self, argv: Sequence[str], now: int) -> TaskBody:
         """The task body asking to run argv so, submitted now, with a fresh id."""

@@ -14,9 +14,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from taskq import journal, policy, transitions
+from taskq import deps, journal, policy, transitions
 from taskq.attempts import Running
 from taskq.commit import GroupCommit
+from taskq.event import Ended
 from taskq.faults import crash_point
 from taskq.spool import Spool
 from taskq.task import ClaimName, TaskBody, TaskName
@@ -34,13 +35,15 @@ class Settler:
         commit: GroupCommit,
         backoff: policy.Backoff,
         requeued: Callable[[TaskName], None],
-        on_end: Callable[[int | None], None] = lambda code: None,
+        on_end: Callable[[Ended, bool], None] = lambda ended, waited_for: None,
+        on_attempt_end: Callable[[int | None], None] = lambda code: None,
     ) -> None:
         self.spool = spool
         self.commit = commit
         self.backoff = backoff
         self.requeued = requeued  # a task went back to pending: the due index wants it
-        self.on_end = on_end  # an attempt ended with this status (the metrics count it)
+        self.on_end = on_end  # a task ended (and whether something waits for it)
+        self.on_attempt_end = on_attempt_end  # an attempt ended so (the metrics count it)
 
     def note(self, held: ClaimName, event: str, now: int, **fields: Any) -> None:
         log_dir = self.spool.log_dir(held.task.id)
@@ -101,7 +104,7 @@ class Settler:
             )
             return
         journal.append(log_dir, "end", now, **fields)
-        self.on_end(code)
+        self.on_attempt_end(code)
         log.info("ended %s attempt %d: %s", run.body.id, attempt, _outcome(fields))
         self.after_attempt(run.claim, run.body, code, now)
 
@@ -126,7 +129,7 @@ class Settler:
             return
         if out.reason is not None:
             self.note(held, "dead", now, reason=out.reason)
-        self.finish(held, out.state, now)
+        self.finish(held, out.state, now, body)
 
     def retry(self, held: ClaimName, run_at: int, now: int) -> None:
         try:
@@ -138,13 +141,16 @@ class Settler:
         self.note(held, "retry", now, next_attempt=name.attempt, run_at=format_iso(name.run_at))
         self.requeued(name)
 
-    def finish(self, held: ClaimName, state: str, now: int) -> None:
+    def finish(self, held: ClaimName, state: str, now: int, body: TaskBody | None = None) -> None:
         """Move a claim to an end state; a cancel that raced the end wins."""
         try:
-            transitions.finish(self.spool, held, state, now, self.commit.touched)
+            dest = transitions.finish(self.spool, held, state, now, self.commit.touched)
             crash_point("daemon.finished")
         except FileNotFoundError:
             self._lost_race(held, now, "as its attempt ended")
+            return
+        waited_for = deps.mark_ended(self.spool, held.task.id, state, self.commit.touched)
+        self.on_end(Ended(held.task, state, dest, body=body), waited_for)
 
     def release(self, held: ClaimName, now: int, reason: str) -> None:
         """Put a claim that never started back in pending, unchanged."""

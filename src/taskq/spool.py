@@ -22,6 +22,7 @@ from taskq.timespec import format_compact
 
 SUBDIRS = (
     "tmp",
+    "waiting",
     "pending",
     "claimed",
     "done",
@@ -32,8 +33,10 @@ SUBDIRS = (
     "keys",
     "run",
     "schedules",
+    "deps",
+    "paused",
 )
-STATES = ("pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
+STATES = ("waiting", "pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
 _PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
 END_STATES = ("done", "failed", "cancelled")
 DOORBELL = "doorbell"
@@ -76,6 +79,7 @@ class Spool:
         self.doorbell = os.path.join(self.root, DOORBELL)
 
     tmp: str
+    waiting: str
     pending: str
     claimed: str
     done: str
@@ -86,6 +90,8 @@ class Spool:
     keys: str
     run: str
     schedules: str
+    deps: str
+    paused: str
 
     def init(self) -> None:
         """Create the layout (idempotent), with permissions for one owner."""

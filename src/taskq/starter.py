@@ -178,5 +178,5 @@ class Starter(Part):
             return
         log.error("cannot start %s: %s", ready.body.id, e)
         self.settler.note(ready.claim, "spawn-failed", now, error=str(e))
-        self.settler.on_end(127)
+        self.settler.on_attempt_end(127)
         self.settler.after_attempt(ready.claim, ready.body, 127, now)

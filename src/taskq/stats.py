@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from taskq import fsutil, journal, status
+from taskq import fsutil, journal, pause, status
 from taskq.spool import STATES, Spool
 from taskq.task import TaskName
 from taskq.timespec import SECOND, format_iso
@@ -48,6 +48,7 @@ def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
         "oldest_overdue_age": (now - min(oldest.values())) / SECOND if oldest else None,
         "lateness": _lateness(spool),
         "daemons": daemons,
+        "paused": [p.to_doc() for p in pause.active(spool, now)],
     }
 
 

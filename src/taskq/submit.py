@@ -16,7 +16,7 @@ import os
 import stat
 
 from taskq import fsutil
-from taskq.errors import CorruptFile
+from taskq.errors import CorruptFile, NotFound
 from taskq.faults import crash_point
 from taskq.spool import Spool
 from taskq.task import TaskBody, TaskName
@@ -46,15 +46,27 @@ def submit(spool: Spool, body: TaskBody) -> tuple[TaskName, bool]:
                 return existing, False
             bound = key_path(spool, body.key)
             crash_point("submit.key-bound")
-        publish(spool, tmp, name)
+        _publish_body(spool, tmp, name, body)
         crash_point("submit.synced")
-    except OSError as e:
+    except (OSError, NotFound) as e:  # NotFound: a dependency vanished meanwhile
         if _withdraw(spool, tmp, name) and bound is not None:
             with contextlib.suppress(OSError):
                 os.unlink(bound)
+        if isinstance(e, NotFound):
+            raise
         raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
     spool.ring()
     return name, True
+
+
+def _publish_body(spool: Spool, tmp: str, name: TaskName, body: TaskBody) -> None:
+    """Publish into pending/, or into waiting/ for a task with dependencies."""
+    if body.after:
+        from taskq import deps
+
+        deps.publish_waiting(spool, tmp, name, body.after, body.submitted_at)
+    else:
+        publish(spool, tmp, name)
 
 
 def _withdraw(spool: Spool, tmp: str, name: TaskName) -> bool:
@@ -262,7 +274,7 @@ def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
     if os.path.exists(tmp):
         # The first submitter bound the key and then stopped (or is about to
         # publish): publishing its durable body is exactly what it would do.
-        publish(spool, tmp, first)
+        _publish_body(spool, tmp, first, spool.read_body(tmp))
     return first
 
 

@@ -31,6 +31,8 @@ MAX_BODY = 4 << 20  # a larger file in the spool is corrupt by definition
 # Linux's MAX_ARG_STRLEN (32 pages) requires.
 MAX_EXEC = 1 << 20
 MAX_EXEC_STRING = (32 << 12) - 1
+MAIL_MODES = ("failure", "always", "never")
+MAX_AFTER = 100  # dependencies one task may name
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
@@ -191,6 +193,9 @@ class TaskBody:
     stdin: bytes | None = None
     umask: int | None = None  # the submitter's; None: the daemon's
     env_recorded: bool = False  # env holds the submitter's environment (not --no-env)
+    after: list[str] = field(default_factory=list)  # ids of tasks it waits for (--after)
+    after_any: bool = False  # run however they ended (--after-any), not only if all are done
+    mail: str | None = None  # --mail: failure, always or never; None: as MAILTO says
 
     def to_json(self) -> bytes:
         """Serialise to the on-disk JSON form (documented in taskq-spool(5))."""
@@ -211,6 +216,11 @@ class TaskBody:
             "umask": None if self.umask is None else f"{self.umask:04o}",
             "env_recorded": self.env_recorded,
         }
+        if self.after:  # written only when given, so older readers see the same bodies
+            doc["after"] = self.after
+            doc["after_mode"] = "any" if self.after_any else "ok"
+        if self.mail is not None:
+            doc["mail"] = self.mail
         return (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode()
 
     @classmethod
@@ -254,6 +264,9 @@ class TaskBody:
             stdin=None if stdin is None else base64.b64decode(_str(doc, "stdin"), validate=True),
             umask=_umask(doc),
             env_recorded=doc.get("env_recorded") is True,
+            after=_after(doc),
+            after_any=_choice(doc, "after_mode", ("ok", "any"), "ok") == "any",
+            mail=_opt_choice(doc, "mail", MAIL_MODES),
         )
 
 
@@ -265,6 +278,25 @@ def _umask(doc: dict[str, Any]) -> int | None:
     if not re.fullmatch(r"0?[0-7]{1,3}", text):
         raise CorruptFile(f"bad task body: umask {text!r} is not an octal mask")
     return int(text, 8)
+
+
+def _after(doc: dict[str, Any]) -> list[str]:
+    value = doc.get("after") or []
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise CorruptFile("bad task body: after must be a list of task ids")
+    return [check_id(v) for v in value]
+
+
+def _choice(doc: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+    value = _opt_choice(doc, key, allowed)
+    return default if value is None else value
+
+
+def _opt_choice(doc: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str | None:
+    value = doc.get(key)
+    if value is not None and value not in allowed:
+        raise CorruptFile(f"bad task body: {key} must be one of {', '.join(allowed)}")
+    return value
 
 
 def _secs(us: int | None) -> float | None:
