@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from taskq import fsutil, journal, runner, transitions
+from taskq import byid, fsutil, journal, runner, transitions
 from taskq.clock import wall_us
-from taskq.errors import Conflict
+from taskq.errors import Conflict, NotFound
 from taskq.faults import crash_point
 from taskq.spool import END_STATES, Located, Spool
 from taskq.task import TaskName, check_id
@@ -103,6 +103,7 @@ def _recorded_move(
     except OSError:
         journal.revoke(log_dir, event, written)
         raise
+    byid.point(spool, name.id, os.path.join(spool.bucket_dir(name.bucket), str(name)))
     _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
     spool.ring()
     return name
@@ -155,12 +156,12 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
 
 
 def ended(spool: Spool, task_id: str) -> Located | None:
-    """The task if it is in an end state, else None (cheap: end states only)."""
-    for state in ("failed", "cancelled", "done"):
-        for found in spool.iter_state(state):
-            if found.name.id == task_id:
-                return found
-    return None
+    """The task if it is in an end state, else None (a lookup by id: O(1))."""
+    try:
+        found = spool.locate(task_id)
+    except NotFound:
+        return None  # pruned meanwhile; wait's first lookup said it existed
+    return found if found.state in END_STATES else None
 
 
 def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[Located]:

@@ -29,6 +29,7 @@ SUBDIRS = (
     "logs",
     "keys",
     "run",
+    "ids",
 )
 STATES = ("pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
 _PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
@@ -76,6 +77,7 @@ class Spool:
     logs: str
     keys: str
     run: str
+    ids: str
 
     def init(self) -> None:
         """Create the layout (idempotent), with permissions for one owner."""
@@ -167,6 +169,16 @@ class Spool:
 
     def locate(self, task_id: str) -> Located:
         """Find a task by id in any state; raise NotFound if it is nowhere.
+
+        Its ids/ hint leads to it in a few probes (byid.py); only a task the
+        hints cannot reach is searched for by listing the spool (scan).
+        """
+        from taskq import byid  # byid builds on this module
+
+        return byid.locate(self, task_id)
+
+    def scan(self, task_id: str) -> Located:
+        """Find a task by listing every state; raise NotFound if it is nowhere.
 
         A task may move while we look; searching the states in the order
         tasks move through them, then once more, finds it unless it is
