@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import click
@@ -20,7 +21,7 @@ from taskq.clock import wall_us
 from taskq.defaults import default_host_id, default_spool
 from taskq.errors import BadInput, Conflict, NotFound, TaskqError, WaitTimeout
 from taskq.params import DURATION, ENV_VAR, POSITIVE_DURATION, QUEUE_LIMIT, OptionError
-from taskq.spool import STATES, Located, Spool
+from taskq.spool import STATES, Spool
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
@@ -30,7 +31,7 @@ from taskq.task import (
     check_queue,
     check_token,
 )
-from taskq.timespec import SECOND, format_iso, parse_duration
+from taskq.timespec import SECOND, format_iso, parse_duration, parse_when
 
 
 def _spool(ctx: click.Context) -> Spool:
@@ -373,13 +374,6 @@ def _queue_limits(pairs: tuple[tuple[str, int], ...]) -> dict[str, int]:
 # -- reading -----------------------------------------------------------------
 
 
-def _body_or_none(spool: Spool, found: Located) -> TaskBody | None:
-    try:
-        return spool.read_body(found.path)
-    except (TaskqError, OSError):
-        return None
-
-
 @cli.command(name="ls")
 @click.option(
     "--state",
@@ -387,21 +381,66 @@ def _body_or_none(spool: Spool, found: Located) -> TaskBody | None:
     multiple=True,
     help="Only tasks in this state (repeatable).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option("--queue", "queues", multiple=True, help="Only tasks in this queue (repeatable).")
+@click.option("--after", metavar="WHEN", help="Only tasks due at or after WHEN.")
+@click.option("--before", metavar="WHEN", help="Only tasks due before WHEN.")
+@click.option("--key", help="Only the task submitted with this idempotency key.")
+@click.option("--limit", type=click.IntRange(1), metavar="N", help="Stop after N tasks.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line (NDJSON).")
 @click.pass_context
-def ls_(ctx: click.Context, state: tuple[str, ...], as_json: bool) -> None:
-    """List tasks, one line each, by state then run_at."""
-    from taskq.render import summary, table
+def ls_(
+    ctx: click.Context,
+    state: tuple[str, ...],
+    queues: tuple[str, ...],
+    after: str | None,
+    before: str | None,
+    key: str | None,
+    limit: int | None,
+    as_json: bool,
+) -> None:
+    """List tasks as they are read, one line each, by state then run_at."""
+    from taskq import listing
 
+    now = wall_us()
+    flt = listing.Filter(
+        states=tuple(s for s in STATES if s in state) if state else STATES,
+        queues=frozenset(check_queue(q) for q in queues),
+        after=None if after is None else _when("--after", after, now),
+        before=None if before is None else _when("--before", before, now),
+        limit=limit,
+    )
     spool = _spool(ctx)
-    rows = []
-    for st in state or STATES:
-        for found in spool.iter_state(st):
-            rows.append(summary(found, _body_or_none(spool, found)))
-    if as_json:
-        click.echo(json.dumps(rows, indent=1))
-    elif rows:
-        click.echo(table(rows))
+    rows = listing.rows(spool, flt) if key is None else listing.by_key(spool, key, flt)
+    try:
+        _print_rows(rows, as_json)
+    except BrokenPipeError:  # `taskq ls | head`: the reader has all it wants
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _when(option: str, text: str, now: int) -> int:
+    try:
+        return parse_when(text, now)
+    except BadInput as e:
+        raise BadInput(f"{option}: {e}") from None
+
+
+def _print_rows(rows: Iterator[Any], as_json: bool) -> None:
+    from taskq.listing import as_object
+    from taskq.render import LS_HEADER, ls_line
+
+    out = sys.stdout
+    first = True
+    for row in rows:
+        if as_json:
+            out.write(json.dumps(as_object(row), ensure_ascii=False) + "\n")
+        else:
+            if first:
+                out.write(LS_HEADER + "\n")
+            out.write(ls_line(row) + "\n")
+        if first:
+            out.flush()  # the first line at once, then block-buffered
+            first = False
+    out.flush()
 
 
 @cli.command()

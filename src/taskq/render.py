@@ -6,6 +6,7 @@ import shlex
 from typing import Any
 
 from taskq import journal
+from taskq.listing import Row
 from taskq.spool import Located
 from taskq.task import TaskBody
 from taskq.timespec import SECOND, format_duration, format_iso
@@ -47,19 +48,15 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
     return doc
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """An aligned table like atq's: id, state, run_at, attempt, queue, command."""
-    header = ("ID", "STATE", "RUN_AT", "TRY", "QUEUE", "COMMAND")
-    lines = [header]
-    for r in rows:
-        command = shlex.join(r["command"]).replace("\n", "\\n") if r["command"] else "?"
-        run_at = r["run_at"][:23] + "Z"
-        lines.append((r["id"], r["state"], run_at, str(r["attempt"]), r["queue"] or "?", command))
-    widths = [max(len(line[i]) for line in lines) for i in range(5)]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(line[:5], widths, strict=True)) + "  " + line[5]
-        for line in lines
-    )
+LS_HEADER = f"{'ID':<26}  {'STATE':<10}  {'RUN_AT':<24}  TRY  {'QUEUE':<8}  COMMAND"
+
+
+def ls_line(row: Row) -> str:
+    """One ls line, in fixed-width columns (a stream cannot measure its widest cell)."""
+    argv = row.command()
+    command = shlex.join(argv).replace("\n", "\\n") if argv else "?"
+    run_at = row.run_at_iso()[:23] + "Z"
+    return f"{row.id}  {row.state:<10}  {run_at}  {row.attempt:<3}  {row.queue:<8}  {command}"
 
 
 def stats_text(doc: dict[str, Any]) -> str:

@@ -1,19 +1,23 @@
 """What `taskq stats` reports: counts, the overdue backlog, lateness, daemons.
 
 Counts come from file names alone (state from the directory, queue from the
-name), so they cost a listing of the spool, not a read of every task. The
+name's last field), so they cost a listing of the spool, not a read of every
+task, and no name is parsed but those in due buckets and claimed/. A
+directory unchanged since the last stats is not even listed (dircounts.py). The
 lateness percentiles read the journals of the most recently finished tasks.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any
 
 from taskq import fsutil, journal, status
+from taskq.dircounts import DirCounts, queue_of, task_names
 from taskq.spool import STATES, Spool
-from taskq.task import TaskName
-from taskq.timespec import SECOND, format_iso
+from taskq.task import TaskName, bucket_of
+from taskq.timespec import SECOND, format_compact, format_iso, parse_compact
 
 RECENT = 500  # finished tasks whose attempts feed the lateness percentiles
 
@@ -23,13 +27,16 @@ def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
     counts: dict[str, collections.Counter[str]] = {s: collections.Counter() for s in STATES}
     overdue: collections.Counter[str] = collections.Counter()
     oldest: dict[str, int] = {}
-    for state in STATES:
+    cache = DirCounts(spool.root, spool.run)
+    _count_pending(spool, now, cache, counts["pending"], overdue, oldest)
+    for state in ("claimed", "running", "cancelling"):
         for found in spool.iter_state(state):
-            queue = found.name.queue
-            counts[state][queue] += 1
-            if state == "pending" and found.name.run_at <= now:
-                overdue[queue] += 1
-                oldest[queue] = min(oldest.get(queue, now), found.name.run_at)
+            counts[state][found.name.queue] += 1
+    for day in fsutil.listdir(spool.done):
+        counts["done"].update(cache.count(os.path.join(spool.done, day)))
+    counts["failed"].update(cache.count(spool.failed))
+    counts["cancelled"].update(cache.count(spool.cancelled))
+    cache.save()
     daemons = status.read_all(spool.run)
     for record in daemons:
         record["alive"] = status.record_alive(spool.run, record, local_host, now)
@@ -49,6 +56,36 @@ def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
         "lateness": _lateness(spool),
         "daemons": daemons,
     }
+
+
+def _count_pending(
+    spool: Spool,
+    now: int,
+    cache: DirCounts,
+    into: collections.Counter[str],
+    overdue: collections.Counter[str],
+    oldest: dict[str, int],
+) -> None:
+    """Count pending tasks by queue; look closer only at buckets that are due.
+
+    A bucket after now's minute holds no overdue task, so it is only counted
+    (from the cache if it has not changed); the due buckets (few, unless
+    there is a backlog) are compared with now name by name, as names sort by
+    run_at.
+    """
+    current, now_compact = bucket_of(now), format_compact(now)
+    for bucket in spool.buckets():
+        directory = spool.bucket_dir(bucket)
+        if bucket > current:
+            into.update(cache.count(directory))
+            continue
+        for entry in sorted(task_names(directory)):
+            queue = queue_of(entry)
+            into[queue] += 1
+            if entry[:23] <= now_compact:
+                overdue[queue] += 1
+                if queue not in oldest:
+                    oldest[queue] = parse_compact(entry[:23])
 
 
 def _lateness(spool: Spool) -> dict[str, Any]:
