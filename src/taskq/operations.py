@@ -103,6 +103,10 @@ def _recorded_move(
     except OSError:
         journal.revoke(log_dir, event, written)
         raise
+    if event == "retried":
+        crash_point("retry.moved")
+    else:
+        crash_point("reschedule.moved")
     byid.point(spool, name.id, os.path.join(spool.bucket_dir(name.bucket), str(name)))
     _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
     spool.ring()
