@@ -51,7 +51,7 @@ class Filter:
 
 
 class Row(NamedTuple):
-    """One listed task, taken from its file name; the body is read on demand."""
+    """One listed task: what its file name says, and the command its body holds."""
 
     state: str
     path: str
@@ -59,26 +59,23 @@ class Row(NamedTuple):
     id: str
     attempt: int
     queue: str
-    dir_fd: int | None = None  # the open directory it was listed from, while it is listed
+    command: list[str] | None  # None if the body cannot be read as a task's
 
     def run_at_iso(self) -> str:
         c = self.compact
         return f"{c[0:4]}-{c[4:6]}-{c[6:8]}T{c[9:11]}:{c[11:13]}:{c[13:15]}{c[15:22]}Z"
 
-    def command(self) -> list[str] | None:
-        """The task's argv, or None if its file cannot be read as a task."""
-        try:
-            if self.dir_fd is None:
-                data = _read(self.path)
-            else:
-                data = _read(os.path.basename(self.path), self.dir_fd)
-            doc = _DECODER.decode(data.decode())
-        except (OSError, ValueError):
-            return None
-        argv = doc.get("argv") if isinstance(doc, dict) else None
-        if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-            return argv
+
+def command_of(entry: str, dir_fd: int | None) -> list[str] | None:
+    """A task file's argv (entry relative to dir_fd), or None if it is not a task's body."""
+    try:
+        doc = _DECODER.decode(_read(entry, dir_fd).decode())
+    except (OSError, ValueError):
         return None
+    argv = doc.get("argv") if isinstance(doc, dict) else None
+    if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+        return argv
+    return None
 
 
 def _read(path: str, dir_fd: int | None = None) -> bytes:
@@ -159,11 +156,17 @@ def _claimed_rows(spool: Spool, state: str, flt: Filter, low: str, high: str) ->
 
 
 def _row(state: str, path: str, name: str, flt: Filter, dir_fd: int | None = None) -> Row | None:
+    """The row of a task file (name: its task name part), or None if filtered out.
+
+    The body is read here, relative to the open directory (no walk of the
+    whole path per task), so a row never outlives the descriptor it used.
+    """
     m = TASK_NAME.fullmatch(name)
     if m is None or (flt.queues and m.group(4) not in flt.queues):
         return None
     run_at, task_id, attempt, queue = m.groups()
-    return Row(state, path, run_at, task_id, int(attempt), queue, dir_fd)
+    entry = path if dir_fd is None else os.path.basename(path)
+    return Row(state, path, run_at, task_id, int(attempt), queue, command_of(entry, dir_fd))
 
 
 def by_key(spool: Spool, key: str, flt: Filter) -> Iterator[Row]:
@@ -187,5 +190,5 @@ def as_object(row: Row) -> dict[str, object]:
         "run_at": row.run_at_iso(),
         "attempt": row.attempt,
         "queue": row.queue,
-        "command": row.command(),
+        "command": row.command,
     }

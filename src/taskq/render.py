@@ -53,7 +53,7 @@ LS_HEADER = f"{'ID':<26}  {'STATE':<10}  {'RUN_AT':<24}  TRY  {'QUEUE':<8}  COMM
 
 def ls_line(row: Row) -> str:
     """One ls line, in fixed-width columns (a stream cannot measure its widest cell)."""
-    argv = row.command()
+    argv = row.command
     command = shlex.join(argv).replace("\n", "\\n") if argv else "?"
     run_at = row.run_at_iso()[:23] + "Z"
     return f"{row.id}  {row.state:<10}  {run_at}  {row.attempt:<3}  {row.queue:<8}  {command}"
