@@ -116,3 +116,30 @@ def test_lookups_never_miss_tasks_in_motion(
     assert waited.returncode == 0 and waited.stdout.decode().count(" done") == len(ids)
     assert failures == []
     assert all(states <= {"pending", "claimed", "running", "done"} for states in seen.values())
+
+
+def test_wait_wakes_on_ends_and_reports_each_once(tq: Taskq) -> None:
+    ids = [tq.submit("--in", "1h", "--", "true") for _ in range(20)]
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
+    waiter = subprocess.Popen([*TASKQ, "wait", *ids], env=env, stdout=subprocess.PIPE)
+    for task_id in reversed(ids):
+        tq.run("cancel", task_id)
+    out, _ = waiter.communicate(timeout=60)
+    lines = out.decode().splitlines()
+    assert sorted(lines) == sorted(f"{i} cancelled" for i in ids)
+
+
+def test_the_end_watch_names_what_arrives(tq: Taskq) -> None:
+    from taskq.endwatch import EndWatch
+    from taskq.spool import Spool
+
+    task_id = tq.submit("--in", "1h", "--", "true")
+    spool = Spool(str(tq.spool))
+    watch = EndWatch(spool)
+    try:
+        assert watch.watching and watch.take(0) == set()
+        tq.run("cancel", task_id)
+        arrived: set[str] = set()
+        wait_for(lambda: arrived.update(watch.take(1)) or task_id in arrived, 30, "the event")
+    finally:
+        watch.stop()

@@ -169,22 +169,45 @@ def ended(spool: Spool, task_id: str) -> Located | None:
 
 
 def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[Located]:
-    """Yield each task as it reaches an end state; stop at the timeout."""
+    """Yield each task as it reaches an end state; stop at the timeout.
+
+    Each poll looks up every id still awaited (O(1) each: byid.py); between
+    polls, inotify names the ids that just ended on this host (endwatch.py),
+    and only those are looked up at once.
+    """
+    from taskq.endwatch import POLL_UNWATCHED, POLL_WATCHED, EndWatch
+
     waiting = {check_id(t) for t in task_ids}
     for task_id in waiting:
         spool.locate(task_id)  # NotFound now, not a silent wait forever
     deadline = None if timeout is None else time.monotonic() + timeout
-    pause = 0.02
-    while waiting:
-        for task_id in sorted(waiting):
-            found = ended(spool, task_id)
-            if found is not None:
-                waiting.discard(task_id)
-                yield found
-        if not waiting or (deadline is not None and time.monotonic() >= deadline):
-            return
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.5)
+    watch: EndWatch | None = None  # started only if the first poll leaves some to wait for
+    try:
+        pause, next_full, check = 0.02, 0.0, set(waiting)
+        while True:
+            now = time.monotonic()
+            if now >= next_full:  # a full poll: ends on other hosts, or unwatched
+                check, next_full = set(waiting), now + pause
+                longest = POLL_WATCHED if watch and watch.watching else POLL_UNWATCHED
+                pause = min(pause * 1.5, longest)
+            yield from _ended_of(spool, waiting, check)
+            now = time.monotonic()
+            if not waiting or (deadline is not None and now >= deadline):
+                return
+            watch = watch or EndWatch(spool)
+            wake_at = next_full if deadline is None else min(next_full, deadline)
+            check = watch.take(max(wake_at - now, 0.0)) & waiting
+    finally:
+        if watch is not None:
+            watch.stop()
+
+
+def _ended_of(spool: Spool, waiting: set[str], check: set[str]) -> Iterator[Located]:
+    for task_id in sorted(check):
+        found = ended(spool, task_id)
+        if found is not None:
+            waiting.discard(task_id)
+            yield found
 
 
 def outcome(spool: Spool, found: Located) -> tuple[str, int | None]:
