@@ -392,12 +392,19 @@ def bench_scale(tmp: Path, quick: bool, n: int) -> None:
         ("stats_first", "taskq stats (first run)"),
         ("wait", "taskq wait of 1,000 ids, one poll"),
     ):
-        row(what, ms(full[key]), f"{ms(empty[key])} empty", f"{full[key] / empty[key]:.2f}x")
+        cpu = f"{key}_cpu"
+        row(
+            what,
+            f"{ms(full[key])} (CPU {ms(full[cpu])})",
+            f"{ms(empty[key])} (CPU {ms(empty[cpu])}) empty",
+            f"{full[key] / empty[key]:.2f}x (CPU {full[cpu] / empty[cpu]:.2f}x)",
+        )
     row(
         f"taskq ls, all {full['ls_lines'] - 1:,.0f} tasks",
-        f"{full['ls_rate']:,.0f} lines/s, {full['ls_rss']:.0f} MB",
-        f"{empty['ls_rate']:,.0f} lines/s, {empty['ls_rss']:.0f} MB empty",
-        f"{full['ls_rate'] / empty['ls_rate']:.2f}x",
+        f"{full['ls_rate']:,.0f} lines/s ({full['ls_cpu_rate']:,.0f}/CPU-s), "
+        f"peak RSS {full['ls_rss']:.0f} MB",
+        f"{empty['ls_rss']:.0f} MB with {EXTRA:,} tasks",
+        f"{full['ls_rss'] / empty['ls_rss']:.2f}x RSS",
     )
 
 
@@ -438,20 +445,27 @@ def _scale_case(sp: Spooled, n: int, stamps: Path) -> dict[str, float]:
 EXTRA = 1_100  # tasks the operator figures work on, in both spools
 
 
-def _timed(sp: Spooled, *args: str) -> tuple[float, int, float]:
-    """Run taskq once: wall seconds, lines of output, peak RSS in MB."""
+CPU: dict[str, float] = {}  # CPU seconds (user + system) of the last _median's runs
+
+
+def _timed(sp: Spooled, *args: str) -> tuple[float, int, float, float]:
+    """Run taskq once: wall seconds, lines of output, peak RSS in MB, CPU seconds."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([*TASKQ, *args], env=sp.env, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*TASKQ, *args], env=sp.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     assert proc.stdout is not None
     lines = sum(1 for _ in proc.stdout)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, lines, usage.ru_maxrss / 1024
+    return wall, lines, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
-def _median(sp: Spooled, runs: list[tuple[str, ...]]) -> float:
-    return statistics.median(_timed(sp, *args)[0] for args in runs)
+def _median(sp: Spooled, runs: list[tuple[str, ...]]) -> tuple[float, float]:
+    """Median wall and CPU seconds of these runs."""
+    results = [_timed(sp, *args) for args in runs]
+    return statistics.median(r[0] for r in results), statistics.median(r[3] for r in results)
 
 
 def _operator_figures(sp: Spooled) -> dict[str, float]:
@@ -462,17 +476,20 @@ def _operator_figures(sp: Spooled) -> dict[str, float]:
         for i in range(EXTRA)
     )
     ids = sp.run("submit", "--batch", "-", data=data).decode().split()
-    figures = {
-        "show": _median(sp, [("show", ids[0])] * 5),
-        "cancel": _median(sp, [("cancel", i) for i in ids[1:6]]),
-        "reschedule": _median(sp, [("reschedule", ids[6], "--in", f"{h}h") for h in range(1, 6)]),
-        "ls10": _median(sp, [("ls", "--limit", "10")] * 5),
-        "stats_first": _timed(sp, "stats")[0],
-        "stats": _median(sp, [("stats",)] * 3),
-        "wait": _median(sp, [("wait", "--timeout", "0s", *ids[100:1100])] * 3),
+    runs = {
+        "show": [("show", ids[0])] * 5,
+        "cancel": [("cancel", i) for i in ids[1:6]],
+        "reschedule": [("reschedule", ids[6], "--in", f"{h}h") for h in range(1, 6)],
+        "ls10": [("ls", "--limit", "10")] * 5,
+        "stats_first": [("stats",)],
+        "stats": [("stats",)] * 3,
+        "wait": [("wait", "--timeout", "0s", *ids[100:1100])] * 3,
     }
-    wall, lines, rss = _timed(sp, "ls")
-    figures.update(ls_rate=lines / wall, ls_rss=rss, ls_lines=lines)
+    figures: dict[str, float] = {}
+    for key, argvs in runs.items():
+        figures[key], figures[f"{key}_cpu"] = _median(sp, argvs)
+    wall, lines, rss, cpu = _timed(sp, "ls")
+    figures.update(ls_rate=lines / wall, ls_cpu_rate=lines / cpu, ls_rss=rss, ls_lines=lines)
     return figures
 
 

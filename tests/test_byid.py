@@ -140,6 +140,11 @@ def test_the_end_watch_names_what_arrives(tq: Taskq) -> None:
         assert watch.watching and watch.take(0) == set()
         tq.run("cancel", task_id)
         arrived: set[str] = set()
-        wait_for(lambda: arrived.update(watch.take(1)) or task_id in arrived, 30, "the event")
+
+        def seen() -> bool:
+            arrived.update(watch.take(1))
+            return task_id in arrived
+
+        wait_for(seen, 30, "the event")
     finally:
         watch.stop()
