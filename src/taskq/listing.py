@@ -165,7 +165,7 @@ def _row(state: str, path: str, name: str, flt: Filter, dir_fd: int | None = Non
     if m is None or (flt.queues and m.group(4) not in flt.queues):
         return None
     run_at, task_id, attempt, queue = m.groups()
-    entry = path if dir_fd is None else os.path.basename(path)
+    entry = path if dir_fd is None else name  # in a directory we opened, name is the entry
     return Row(state, path, run_at, task_id, int(attempt), queue, command_of(entry, dir_fd))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shlex
 from typing import Any
 
@@ -53,10 +54,16 @@ LS_HEADER = f"{'ID':<26}  {'STATE':<10}  {'RUN_AT':<24}  TRY  {'QUEUE':<8}  COMM
 
 def ls_line(row: Row) -> str:
     """One ls line, in fixed-width columns (a stream cannot measure its widest cell)."""
-    argv = row.command
-    command = shlex.join(argv).replace("\n", "\\n") if argv else "?"
-    run_at = row.run_at_iso()[:23] + "Z"
+    command = _shell_line(tuple(row.command)) if row.command else "?"
+    c = row.compact
+    run_at = f"{c[0:4]}-{c[4:6]}-{c[6:8]}T{c[9:11]}:{c[11:13]}:{c[13:15]}{c[15:19]}Z"
     return f"{row.id}  {row.state:<10}  {run_at}  {row.attempt:<3}  {row.queue:<8}  {command}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _shell_line(argv: tuple[str, ...]) -> str:
+    """A command as a shell would read it, on one line (many tasks share theirs)."""
+    return shlex.join(argv).replace("\n", "\\n")
 
 
 def stats_text(doc: dict[str, Any]) -> str:
