@@ -10,7 +10,6 @@ lateness percentiles read the journals of the most recently finished tasks.
 from __future__ import annotations
 
 import collections
-import os
 from typing import Any
 
 from taskq import fsutil, journal, status
@@ -33,9 +32,9 @@ def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
         for found in spool.iter_state(state):
             counts[state][found.name.queue] += 1
     for day in fsutil.listdir(spool.done):
-        counts["done"].update(cache.count(os.path.join(spool.done, day)))
-    counts["failed"].update(cache.count(spool.failed))
-    counts["cancelled"].update(cache.count(spool.cancelled))
+        counts["done"].update(cache.count("done", day))
+    counts["failed"].update(cache.count("failed", ""))
+    counts["cancelled"].update(cache.count("cancelled", ""))
     cache.save()
     daemons = status.read_all(spool.run)
     for record in daemons:
@@ -75,11 +74,11 @@ def _count_pending(
     """
     current, now_compact = bucket_of(now), format_compact(now)
     for bucket in spool.buckets():
-        directory = spool.bucket_dir(bucket)
         if bucket > current:
-            into.update(cache.count(directory))
+            for queue, n in cache.count("pending", bucket).items():
+                into[queue] += n
             continue
-        for entry in sorted(task_names(directory)):
+        for entry in sorted(task_names(spool.bucket_dir(bucket))):
             queue = queue_of(entry)
             into[queue] += 1
             if entry[:23] <= now_compact:
