@@ -406,6 +406,13 @@ def bench_scale(tmp: Path, quick: bool, n: int) -> None:
         f"{empty['ls_rss']:.0f} MB with {EXTRA:,} tasks",
         f"{full['ls_rss'] / empty['ls_rss']:.2f}x RSS",
     )
+    row(
+        "taskq ls --no-command, all tasks",
+        f"{full['names_rate']:,.0f} lines/s ({full['names_cpu_rate']:,.0f}/CPU-s), "
+        f"peak RSS {full['names_rss']:.0f} MB",
+        f"{empty['names_rss']:.0f} MB with {EXTRA:,} tasks",
+        f"{full['names_rss'] / empty['names_rss']:.2f}x RSS",
+    )
 
 
 def _scale_case(sp: Spooled, n: int, stamps: Path) -> dict[str, float]:
@@ -490,6 +497,8 @@ def _operator_figures(sp: Spooled) -> dict[str, float]:
         figures[key], figures[f"{key}_cpu"] = _median(sp, argvs)
     wall, lines, rss, cpu = _timed(sp, "ls")
     figures.update(ls_rate=lines / wall, ls_cpu_rate=lines / cpu, ls_rss=rss, ls_lines=lines)
+    wall, lines, rss, cpu = _timed(sp, "ls", "--no-command")
+    figures.update(names_rate=lines / wall, names_cpu_rate=lines / cpu, names_rss=rss)
     return figures
 
 

@@ -54,6 +54,11 @@ def test_ls_filters(tq: Taskq) -> None:
     assert text[0].split() == ["ID", "STATE", "RUN_AT", "TRY", "QUEUE", "COMMAND"]
     run_at = format_iso(base + 3 * HOUR)[:23] + "Z"
     assert text[2].split() == [ids[3], "cancelled", run_at, "1", "b", "echo", "3"]
+    [bare] = ndjson(tq.run("ls", "--json", "--key", "k3", "--no-command").stdout)
+    assert bare == {k: v for k, v in row.items() if k != "command"}
+    names = tq.run("ls", "--no-command", "--queue", "b").stdout.decode().splitlines()
+    assert names[0].split() == ["ID", "STATE", "RUN_AT", "TRY", "QUEUE"]
+    assert names[2].split() == [ids[3], "cancelled", run_at, "1", "b"]
     bad = tq.run("ls", "--before", "soon", check=False)
     assert bad.returncode == 2 and bad.stderr.decode().startswith("taskq: --before: bad time")
     assert tq.run("ls", "--limit", "0", check=False).returncode == 2

@@ -386,6 +386,12 @@ def _queue_limits(pairs: tuple[tuple[str, int], ...]) -> dict[str, int]:
 @click.option("--before", metavar="WHEN", help="Only tasks due before WHEN.")
 @click.option("--key", help="Only the task submitted with this idempotency key.")
 @click.option("--limit", type=click.IntRange(1), metavar="N", help="Stop after N tasks.")
+@click.option(
+    "--no-command",
+    "names_only",
+    is_flag=True,
+    help="Leave the command out: read file names only, no task file.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line (NDJSON).")
 @click.pass_context
 def ls_(
@@ -396,6 +402,7 @@ def ls_(
     before: str | None,
     key: str | None,
     limit: int | None,
+    names_only: bool,
     as_json: bool,
 ) -> None:
     """List tasks as they are read, one line each, by state then run_at."""
@@ -408,11 +415,12 @@ def ls_(
         after=None if after is None else _when("--after", after, now),
         before=None if before is None else _when("--before", before, now),
         limit=limit,
+        bodies=not names_only,
     )
     spool = _spool(ctx)
     rows = listing.rows(spool, flt) if key is None else listing.by_key(spool, key, flt)
     try:
-        _print_rows(rows, as_json)
+        _print_rows(rows, as_json, not names_only)
     except BrokenPipeError:  # `taskq ls | head`: the reader has all it wants
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
@@ -424,7 +432,7 @@ def _when(option: str, text: str, now: int) -> int:
         raise BadInput(f"{option}: {e}") from None
 
 
-def _print_rows(rows: Iterator[Any], as_json: bool) -> None:
+def _print_rows(rows: Iterator[Any], as_json: bool, with_command: bool) -> None:
     from taskq.listing import as_object
     from taskq.render import LS_HEADER, ls_line
 
@@ -432,11 +440,11 @@ def _print_rows(rows: Iterator[Any], as_json: bool) -> None:
     first = True
     for row in rows:
         if as_json:
-            out.write(json.dumps(as_object(row), ensure_ascii=False) + "\n")
+            out.write(json.dumps(as_object(row, with_command), ensure_ascii=False) + "\n")
         else:
             if first:
-                out.write(LS_HEADER + "\n")
-            out.write(ls_line(row) + "\n")
+                out.write((LS_HEADER if with_command else LS_HEADER[:-9].rstrip()) + "\n")
+            out.write(ls_line(row, with_command) + "\n")
         if first:
             out.flush()  # the first line at once, then block-buffered
             first = False

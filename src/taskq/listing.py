@@ -42,6 +42,7 @@ class Filter:
     after: int | None = None  # run_at >= after
     before: int | None = None  # run_at < before
     limit: int | None = None
+    bodies: bool = True  # read each task's command (False: names only)
 
     def window(self) -> tuple[str, str]:
         """The run_at window as compact strings, which compare as the instants do."""
@@ -166,7 +167,8 @@ def _row(state: str, path: str, name: str, flt: Filter, dir_fd: int | None = Non
         return None
     run_at, task_id, attempt, queue = m.groups()
     entry = path if dir_fd is None else name  # in a directory we opened, name is the entry
-    return Row(state, path, run_at, task_id, int(attempt), queue, command_of(entry, dir_fd))
+    command = command_of(entry, dir_fd) if flt.bodies else None
+    return Row(state, path, run_at, task_id, int(attempt), queue, command)
 
 
 def by_key(spool: Spool, key: str, flt: Filter) -> Iterator[Row]:
@@ -182,13 +184,15 @@ def by_key(spool: Spool, key: str, flt: Filter) -> Iterator[Row]:
         yield row
 
 
-def as_object(row: Row) -> dict[str, object]:
+def as_object(row: Row, with_command: bool = True) -> dict[str, object]:
     """The ls --json object of a row (one NDJSON line)."""
-    return {
+    doc: dict[str, object] = {
         "id": row.id,
         "state": row.state,
         "run_at": row.run_at_iso(),
         "attempt": row.attempt,
         "queue": row.queue,
-        "command": row.command,
     }
+    if with_command:
+        doc["command"] = row.command
+    return doc

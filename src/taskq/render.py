@@ -52,12 +52,14 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
 LS_HEADER = f"{'ID':<26}  {'STATE':<10}  {'RUN_AT':<24}  TRY  {'QUEUE':<8}  COMMAND"
 
 
-def ls_line(row: Row) -> str:
+def ls_line(row: Row, with_command: bool = True) -> str:
     """One ls line, in fixed-width columns (a stream cannot measure its widest cell)."""
-    command = _shell_line(tuple(row.command)) if row.command else "?"
     c = row.compact
     run_at = f"{c[0:4]}-{c[4:6]}-{c[6:8]}T{c[9:11]}:{c[11:13]}:{c[13:15]}{c[15:19]}Z"
-    return f"{row.id}  {row.state:<10}  {run_at}  {row.attempt:<3}  {row.queue:<8}  {command}"
+    line = f"{row.id}  {row.state:<10}  {run_at}  {row.attempt:<3}  {row.queue:<8}"
+    if not with_command:
+        return line.rstrip()
+    return f"{line}  {_shell_line(tuple(row.command)) if row.command else '?'}"
 
 
 @functools.lru_cache(maxsize=1024)
