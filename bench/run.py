@@ -17,7 +17,12 @@ machine in the same run, and the ratio. Sections:
            in flight
   scale    N tasks pending in future buckets (default 100,000; --scale
            1000000 for the full case): daemon RSS, idle CPU, start-up to the
-           first dispatch, and lateness against an empty spool
+           first dispatch, and lateness against an empty spool; then the
+           operator commands, each against the same command on a spool
+           holding only the 1,100 tasks they work on: show, cancel,
+           reschedule, ls --limit 10, full ls (lines/s and peak RSS),
+           stats (warm; the first run is shown too) and one poll of
+           wait over 1,000 ids
 """
 
 from __future__ import annotations
@@ -378,10 +383,41 @@ def bench_scale(tmp: Path, quick: bool, n: int) -> None:
         f"{ms(empty['late'])} empty",
         f"{full['late'] / empty['late']:.2f}x",
     )
+    for key, what in (
+        ("show", "taskq show ID"),
+        ("cancel", "taskq cancel ID"),
+        ("reschedule", "taskq reschedule ID"),
+        ("ls10", "taskq ls --limit 10"),
+        ("stats", "taskq stats (warm)"),
+        ("stats_first", "taskq stats (first run)"),
+        ("wait", "taskq wait of 1,000 ids, one poll"),
+    ):
+        cpu = f"{key}_cpu"
+        row(
+            what,
+            f"{ms(full[key])} (CPU {ms(full[cpu])})",
+            f"{ms(empty[key])} (CPU {ms(empty[cpu])}) empty",
+            f"{full[key] / empty[key]:.2f}x (CPU {full[cpu] / empty[cpu]:.2f}x)",
+        )
+    row(
+        f"taskq ls, all {full['ls_lines'] - 1:,.0f} tasks",
+        f"{full['ls_rate']:,.0f} lines/s ({full['ls_cpu_rate']:,.0f}/CPU-s), "
+        f"peak RSS {full['ls_rss']:.0f} MB",
+        f"{empty['ls_rss']:.0f} MB with {EXTRA:,} tasks",
+        f"{full['ls_rss'] / empty['ls_rss']:.2f}x RSS",
+    )
+    row(
+        "taskq ls --no-command, all tasks",
+        f"{full['names_rate']:,.0f} lines/s ({full['names_cpu_rate']:,.0f}/CPU-s), "
+        f"peak RSS {full['names_rss']:.0f} MB",
+        f"{empty['names_rss']:.0f} MB with {EXTRA:,} tasks",
+        f"{full['names_rss'] / empty['names_rss']:.2f}x RSS",
+    )
 
 
 def _scale_case(sp: Spooled, n: int, stamps: Path) -> dict[str, float]:
     fill = _fill(sp, n)
+    ops = _operator_figures(sp)
     due = time.time() - 1
     sp.run("submit", "--at", f"@{due:.6f}", "--", "sh", "-c", f"date +%s.%N >> {stamps}.first")
     t0 = time.time()
@@ -410,7 +446,60 @@ def _scale_case(sp: Spooled, n: int, stamps: Path) -> dict[str, float]:
     finally:
         stop(proc)
     late = statistics.median(float(b) - float(a) for a, b in (line.split() for line in lines))
-    return {"fill": fill, "rss": rss, "cpu": cpu, "first": first, "late": late}
+    return {"fill": fill, "rss": rss, "cpu": cpu, "first": first, "late": late, **ops}
+
+
+EXTRA = 1_100  # tasks the operator figures work on, in both spools
+
+
+CPU: dict[str, float] = {}  # CPU seconds (user + system) of the last _median's runs
+
+
+def _timed(sp: Spooled, *args: str) -> tuple[float, int, float, float]:
+    """Run taskq once: wall seconds, lines of output, peak RSS in MB, CPU seconds."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [*TASKQ, *args], env=sp.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert proc.stdout is not None
+    lines = sum(1 for _ in proc.stdout)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, lines, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+
+
+def _median(sp: Spooled, runs: list[tuple[str, ...]]) -> tuple[float, float]:
+    """Median wall and CPU seconds of these runs."""
+    results = [_timed(sp, *args) for args in runs]
+    return statistics.median(r[0] for r in results), statistics.median(r[3] for r in results)
+
+
+def _operator_figures(sp: Spooled) -> dict[str, float]:
+    """The operator commands on this spool, with EXTRA more tasks to work on."""
+    start = time.time() + 2 * 86400
+    data = b"".join(
+        json.dumps({"command": ["true"], "run_at": start + i}).encode() + b"\n"
+        for i in range(EXTRA)
+    )
+    ids = sp.run("submit", "--batch", "-", data=data).decode().split()
+    runs = {
+        "show": [("show", ids[0])] * 5,
+        "cancel": [("cancel", i) for i in ids[1:6]],
+        "reschedule": [("reschedule", ids[6], "--in", f"{h}h") for h in range(1, 6)],
+        "ls10": [("ls", "--limit", "10")] * 5,
+        "stats_first": [("stats",)],
+        "stats": [("stats",)] * 3,
+        "wait": [("wait", "--timeout", "0s", *ids[100:1100])] * 3,
+    }
+    figures: dict[str, float] = {}
+    for key, argvs in runs.items():
+        figures[key], figures[f"{key}_cpu"] = _median(sp, argvs)
+    wall, lines, rss, cpu = _timed(sp, "ls")
+    figures.update(ls_rate=lines / wall, ls_cpu_rate=lines / cpu, ls_rss=rss, ls_lines=lines)
+    wall, lines, rss, cpu = _timed(sp, "ls", "--no-command")
+    figures.update(names_rate=lines / wall, names_cpu_rate=lines / cpu, names_rss=rss)
+    return figures
 
 
 def _fill(sp: Spooled, n: int) -> float:

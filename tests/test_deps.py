@@ -107,7 +107,8 @@ def test_ls_and_show_say_what_a_task_waits_for(tq: Taskq) -> None:
     second = tq.submit("--after", first, "--after-any", "--", "echo", "hi")
     line = next(x for x in tq.run("ls").stdout.decode().splitlines() if x.startswith(second))
     assert "waiting" in line and line.endswith(f"echo hi  (after {first})")
-    listed = json.loads(tq.run("ls", "--json", "--state", "waiting").stdout)
+    lines = tq.run("ls", "--json", "--state", "waiting").stdout.decode().splitlines()
+    listed = [json.loads(line) for line in lines]  # NDJSON
     assert [(r["id"], r["after"]) for r in listed] == [(second, [first])]
     shown = tq.run("show", second).stdout.decode()
     assert f"after:     {first} (pending); runs however they end" in shown

@@ -250,6 +250,8 @@ def test_fenced_append_refuses_a_superseded_attempt(
     assert late.returncode == 4
     assert b"refused: token" in late.stderr
     assert ledger.read_text() == "attempt 1\nattempt 2\n"
+
+
 def test_pipeline(
     tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
 ) -> None:

@@ -86,7 +86,7 @@ def submit_batch(tq: Taskq, argv: list[str], run_ats: list[float]) -> list[str]:
 
 def ended(tq: Taskq, ids: list[str]) -> dict[str, str]:
     """The state of each task, as `taskq ls --json` lists them."""
-    rows = json.loads(tq.run("ls", "--json").stdout)
+    rows = [json.loads(line) for line in tq.run("ls", "--json").stdout.splitlines()]
     states = {r["id"]: r["state"] for r in rows}
     return {i: states.get(i, "missing") for i in ids}
 

@@ -170,7 +170,8 @@ def test_shared_soak(roots: list[Path], tmp_path: Path) -> None:
             time.sleep(rng.uniform(0.2, 1.0))  # a random moment under load, not a wait for a result
 
         def all_done() -> bool:
-            states = {r["id"]: r["state"] for r in json.loads(client.run("ls", "--json").stdout)}
+            lines = client.run("ls", "--json").stdout.splitlines()
+            states = {r["id"]: r["state"] for r in map(json.loads, lines)}
             return all(states.get(t) == "done" for t in kinds)
 
         wait_for(all_done, 600, "every task to be done")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -21,7 +21,7 @@ from taskq.clock import wall_us
 from taskq.defaults import default_host_id, default_spool
 from taskq.errors import BadInput, Conflict, NotFound, TaskqError, WaitTimeout
 from taskq.params import DURATION, ENV_VAR, LISTEN, POSITIVE_DURATION, QUEUE_LIMIT
-from taskq.spool import STATES, Located, Spool
+from taskq.spool import STATES, Spool
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
@@ -33,7 +33,7 @@ from taskq.task import (
     check_queue,
     check_token,
 )
-from taskq.timespec import SECOND, format_iso, parse_duration
+from taskq.timespec import SECOND, format_iso, parse_duration, parse_when
 
 
 def _spool(ctx: click.Context) -> Spool:
@@ -469,13 +469,6 @@ def _metrics_file(path: str | None) -> str | None:
 # -- reading -----------------------------------------------------------------
 
 
-def _body_or_none(spool: Spool, found: Located) -> TaskBody | None:
-    try:
-        return spool.read_body(found.path)
-    except (TaskqError, OSError):
-        return None
-
-
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
@@ -504,23 +497,78 @@ def _stamp(local: bool | None) -> Callable[[int], str]:
     multiple=True,
     help="Only tasks in this state (repeatable).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option("--queue", "queues", multiple=True, help="Only tasks in this queue (repeatable).")
+@click.option("--after", metavar="WHEN", help="Only tasks due at or after WHEN.")
+@click.option("--before", metavar="WHEN", help="Only tasks due before WHEN.")
+@click.option("--key", help="Only the task submitted with this idempotency key.")
+@click.option("--limit", type=click.IntRange(1), metavar="N", help="Stop after N tasks.")
+@click.option(
+    "--no-command",
+    "names_only",
+    is_flag=True,
+    help="Leave the command out: read file names only, no task file.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line (NDJSON).")
 @_time_format
 @click.pass_context
-def ls_(ctx: click.Context, state: tuple[str, ...], as_json: bool, local: bool | None) -> None:
-    """List tasks, one line each, by state then run_at."""
-    from taskq.render import summary, table
+def ls_(
+    ctx: click.Context,
+    state: tuple[str, ...],
+    queues: tuple[str, ...],
+    after: str | None,
+    before: str | None,
+    key: str | None,
+    limit: int | None,
+    names_only: bool,
+    as_json: bool,
+    local: bool | None,
+) -> None:
+    """List tasks as they are read, one line each, by state then run_at."""
+    from taskq import listing
 
-    stamp = _stamp(local)
+    now = wall_us()
+    flt = listing.Filter(
+        states=tuple(s for s in STATES if s in state) if state else STATES,
+        queues=frozenset(check_queue(q) for q in queues),
+        after=None if after is None else _when("--after", after, now),
+        before=None if before is None else _when("--before", before, now),
+        limit=limit,
+        bodies=not names_only,
+    )
     spool = _spool(ctx)
-    rows = []
-    for st in state or STATES:
-        for found in spool.iter_state(st):
-            rows.append(summary(found, _body_or_none(spool, found)))
-    if as_json:
-        click.echo(json.dumps(rows, indent=1))
-    elif rows:
-        click.echo(table(rows, stamp))
+    rows = listing.rows(spool, flt) if key is None else listing.by_key(spool, key, flt)
+    try:
+        _print_rows(rows, as_json, not names_only, _stamp(local))
+    except BrokenPipeError:  # `taskq ls | head`: the reader has all it wants
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _when(option: str, text: str, now: int) -> int:
+    try:
+        return parse_when(text, now)
+    except BadInput as e:
+        raise BadInput(f"{option}: {e}") from None
+
+
+def _print_rows(
+    rows: Iterator[Any], as_json: bool, with_command: bool, stamp: Callable[[int], str]
+) -> None:
+    from taskq.listing import as_object
+    from taskq.render import LS_HEADER, ls_line
+
+    out = sys.stdout
+    first = True
+    for row in rows:
+        if as_json:
+            out.write(json.dumps(as_object(row, with_command), ensure_ascii=False) + "\n")
+        else:
+            if first:
+                out.write((LS_HEADER if with_command else LS_HEADER[:-9].rstrip()) + "\n")
+            out.write(ls_line(row, with_command, stamp) + "\n")
+        if first:
+            out.flush()  # the first line at once, then block-buffered
+            first = False
+    out.flush()
 
 
 @cli.command()
@@ -788,6 +836,8 @@ def resume(ctx: click.Context, queues: tuple[str, ...]) -> None:
     pausing.resume(_spool(ctx), names)
     for name in names:
         click.echo(f"resumed {name}")
+
+
 # -- inside a task -----------------------------------------------------------
 
 

@@ -39,6 +39,7 @@ POINTS = (
     "daemon.quarantined",  # a bad file moved to corrupt/, its reason not yet written
     "cancel.renamed",  # the task is cancelled (or cancelling), not yet synced
     "reschedule.recorded",  # the new schedule is journalled, the task not yet moved
+    "reschedule.moved",  # the task is in its new bucket; its ids/ hint still names the old
     "retry.recorded",  # the retry is journalled, the task not yet moved
     "reschedule.moved",  # the task is at its new time, not yet synced
     "retry.moved",  # the task is back in pending, not yet synced

@@ -4,7 +4,9 @@ Missing directories are created and loose permissions tightened; files that
 are not what their place says (bad names, unreadable or foreign bodies,
 symlinks, hard links, group- or world-writable task files) are quarantined
 in corrupt/ with a reason; stale tmp/ files and key files naming no task are
-removed. Duplicate tasks and orphaned logs are reported for the operator.
+removed. Every task's ids/ hint is rebuilt from where the task is, and hints
+of no task are removed. Duplicate tasks and orphaned logs are reported for
+the operator.
 With dry_run nothing changes. Safe beside running daemons: every repair is a
 rename or unlink that loses quietly if a daemon moved the file first.
 """
@@ -17,12 +19,12 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from taskq import fsutil
+from taskq import byid, fsutil
 from taskq.config import CONFIG
 from taskq.errors import BadInput, CorruptFile, NotFound
 from taskq.spool import DOORBELL, SUBDIRS, Spool, stray
 from taskq.submit import ForeignKey, key_owner, read_key
-from taskq.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket
+from taskq.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket, valid_id
 from taskq.timespec import HOUR, SECOND
 
 
@@ -81,6 +83,7 @@ class Checker:
         self.tasks(self.spool.cancelled, claimed=False)
         self.duplicates()
         self.stale_tmp()
+        self.hints()  # first: the lookups of keys() and orphaned_logs() use them
         self.keys()
         self.orphaned_logs()
         return self.report
@@ -203,6 +206,51 @@ class Checker:
         except (NotFound, BadInput):
             return True
         return False
+
+    def hints(self) -> None:
+        """Make every task's ids/ hint point at its file; remove hints of no task.
+
+        A hint left behind by a move the daemon made (it never updates them)
+        is rewritten quietly: that is normal. A missing one is a problem, as
+        is a hint of no task, or a file in ids/ that is no hint.
+        """
+        for task_id, places in sorted(self.seen.items()):
+            if len(places) != 1:
+                continue
+            path = os.path.join(self.spool.root, places[0])
+            link = byid.hint_path(self.spool, task_id)
+            try:
+                target = os.readlink(link)
+            except OSError:
+                if self.fix(f"task {task_id} has no hint in ids/", "written"):
+                    byid.point(self.spool, task_id, path)
+                continue
+            where = os.path.normpath(os.path.join(os.path.dirname(link), target))
+            if where != path and not self.dry:
+                byid.point(self.spool, task_id, path)
+        for shard in fsutil.listdir(self.spool.ids):
+            directory = os.path.join(self.spool.ids, shard)
+            for entry in fsutil.listdir(directory):
+                if not stray(entry):
+                    self.hint(directory, entry)
+
+    def hint(self, directory: str, entry: str) -> None:
+        path = os.path.join(directory, entry)
+        if not valid_id(entry) or entry[-2:] != os.path.basename(directory):
+            self.remove(path, f"{self.rel(path)}: not a task id's hint")
+            return
+        if not os.path.islink(path):
+            self.remove(path, f"{self.rel(path)}: a hint must be a symbolic link")
+            return
+        if entry in self.seen or entry in self.moved:
+            return
+        if os.path.exists(os.path.join(self.spool.tmp, f"{entry}.task")):
+            return  # a submission in flight: the hint comes before its task
+        hint = byid.read_hint(self.spool, entry)
+        if hint is None:
+            self.remove(path, f"{self.rel(path)}: does not point at a task file")
+        elif byid.probe(self.spool, entry, byid.journal_names(self.spool, hint)) is None:
+            self.remove(path, f"{self.rel(path)}: names task {entry}, which is gone")
 
     def orphaned_logs(self) -> None:
         for entry in fsutil.listdir(self.spool.logs):

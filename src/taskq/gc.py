@@ -12,7 +12,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from taskq import fsutil
+from taskq import byid, fsutil
 from taskq.spool import Spool
 from taskq.submit import bound_key
 from taskq.task import TaskName
@@ -59,7 +59,9 @@ def collect(spool: Spool, now: int, older_than: int, dry_run: bool = False) -> R
             fsutil.fsync_dir(spool.keys)
         for path, entry in tasks:
             if _is_task(entry):
-                shutil.rmtree(spool.log_dir(TaskName.parse(entry).id), ignore_errors=True)
+                task_id = TaskName.parse(entry).id
+                shutil.rmtree(spool.log_dir(task_id), ignore_errors=True)
+                byid.forget(spool, task_id)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
         try:

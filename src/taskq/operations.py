@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from taskq import fsutil, journal, runner, transitions
+from taskq import byid, fsutil, journal, runner, transitions
 from taskq.clock import wall_us
-from taskq.errors import Conflict, TaskqError
+from taskq.errors import Conflict, NotFound, TaskqError
 from taskq.faults import crash_point
 from taskq.spool import END_STATES, Located, Spool
 from taskq.task import TaskName, check_id
@@ -120,6 +120,7 @@ def _recorded_move(
         crash_point("retry.moved")
     else:
         crash_point("reschedule.moved")
+    byid.point(spool, name.id, os.path.join(spool.bucket_dir(name.bucket), str(name)))
     _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
     spool.ring()
     return name
@@ -189,31 +190,54 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
 
 
 def ended(spool: Spool, task_id: str) -> Located | None:
-    """The task if it is in an end state, else None (cheap: end states only)."""
-    for state in ("failed", "cancelled", "done"):
-        for found in spool.iter_state(state):
-            if found.name.id == task_id:
-                return found
-    return None
+    """The task if it is in an end state, else None (a lookup by id: O(1))."""
+    try:
+        found = spool.locate(task_id)
+    except NotFound:
+        return None  # pruned meanwhile; wait's first lookup said it existed
+    return found if found.state in END_STATES else None
 
 
 def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[Located]:
-    """Yield each task as it reaches an end state; stop at the timeout."""
+    """Yield each task as it reaches an end state; stop at the timeout.
+
+    Each poll looks up every id still awaited (O(1) each: byid.py); between
+    polls, inotify names the ids that just ended on this host (endwatch.py),
+    and only those are looked up at once.
+    """
+    from taskq.endwatch import POLL_UNWATCHED, POLL_WATCHED, EndWatch
+
     waiting = {check_id(t) for t in task_ids}
     for task_id in waiting:
         spool.locate(task_id)  # NotFound now, not a silent wait forever
     deadline = None if timeout is None else time.monotonic() + timeout
-    pause = 0.02
-    while waiting:
-        for task_id in sorted(waiting):
-            found = ended(spool, task_id)
-            if found is not None:
-                waiting.discard(task_id)
-                yield found
-        if not waiting or (deadline is not None and time.monotonic() >= deadline):
-            return
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.5)
+    watch: EndWatch | None = None  # started only if the first poll leaves some to wait for
+    try:
+        pause, next_full, check = 0.02, 0.0, set(waiting)
+        while True:
+            now = time.monotonic()
+            if now >= next_full:  # a full poll: ends on other hosts, or unwatched
+                check, next_full = set(waiting), now + pause
+                longest = POLL_WATCHED if watch and watch.watching else POLL_UNWATCHED
+                pause = min(pause * 1.5, longest)
+            yield from _ended_of(spool, waiting, check)
+            now = time.monotonic()
+            if not waiting or (deadline is not None and now >= deadline):
+                return
+            watch = watch or EndWatch(spool)
+            wake_at = next_full if deadline is None else min(next_full, deadline)
+            check = watch.take(max(wake_at - now, 0.0)) & waiting
+    finally:
+        if watch is not None:
+            watch.stop()
+
+
+def _ended_of(spool: Spool, waiting: set[str], check: set[str]) -> Iterator[Located]:
+    for task_id in sorted(check):
+        found = ended(spool, task_id)
+        if found is not None:
+            waiting.discard(task_id)
+            yield found
 
 
 def outcome(spool: Spool, found: Located) -> tuple[str, int | None]:

@@ -6,15 +6,17 @@ stamp, UTC by default or local with its offset (--local, TASKQ_TIMEFMT).
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Callable
 from typing import Any
 
 from taskq import journal
+from taskq.listing import Row
 from taskq.spool import Located
 from taskq.task import TaskBody
-from taskq.timespec import SECOND, format_duration, format_iso, parse_when
+from taskq.timespec import SECOND, format_duration, format_iso, parse_compact, parse_when
 
 Stamp = Callable[[int], str]  # an instant as text: format_iso, or zones.format_local
 _INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
@@ -69,21 +71,29 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
     return doc
 
 
-def table(rows: list[dict[str, Any]], stamp: Stamp = format_iso) -> str:
-    """An aligned table like atq's: id, state, run_at, attempt, queue, command."""
-    header = ("ID", "STATE", "RUN_AT", "TRY", "QUEUE", "COMMAND")
-    lines = [header]
-    for r in rows:
-        command = shlex.join(r["command"]).replace("\n", "\\n") if r["command"] else "?"
-        if r["state"] == "waiting" and r.get("after"):
-            command += f"  (after {','.join(r['after'])})"
-        run_at = re.sub(r"(\.\d{3})\d{3}", r"\1", restamp(r["run_at"], stamp))  # milliseconds
-        lines.append((r["id"], r["state"], run_at, str(r["attempt"]), r["queue"] or "?", command))
-    widths = [max(len(line[i]) for line in lines) for i in range(5)]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(line[:5], widths, strict=True)) + "  " + line[5]
-        for line in lines
-    )
+LS_HEADER = f"{'ID':<26}  {'STATE':<10}  {'RUN_AT':<24}  TRY  {'QUEUE':<8}  COMMAND"
+
+
+def ls_line(row: Row, with_command: bool = True, stamp: Stamp = format_iso) -> str:
+    """One ls line, in fixed-width columns (a stream cannot measure its widest cell)."""
+    c = row.compact
+    if stamp is format_iso:
+        run_at = f"{c[0:4]}-{c[4:6]}-{c[6:8]}T{c[9:11]}:{c[11:13]}:{c[13:15]}{c[15:19]}Z"
+    else:  # local time with its offset, to the millisecond
+        run_at = re.sub(r"(\.\d{3})\d{3}", r"\1", stamp(parse_compact(c)))
+    line = f"{row.id}  {row.state:<10}  {run_at:<24}  {row.attempt:<3}  {row.queue:<8}"
+    if not with_command:
+        return line.rstrip()
+    command = _shell_line(tuple(row.command)) if row.command else "?"
+    if row.after:
+        command += f"  (after {','.join(row.after)})"
+    return f"{line}  {command}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _shell_line(argv: tuple[str, ...]) -> str:
+    """A command as a shell would read it, on one line (many tasks share theirs)."""
+    return shlex.join(argv).replace("\n", "\\n")
 
 
 def stats_text(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:
@@ -172,6 +182,8 @@ def _env_text(doc: dict[str, Any]) -> str:
 def env_lines(env: dict[str, str]) -> str:
     """A task's variables, one NAME=VALUE a line, each value quoted for sh(1) if it needs it."""
     return "\n".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+
+
 def _after_text(doc: dict[str, Any]) -> str:
     """'01H.. (done), 01J.. (running); runs only if all are done'."""
     deps = ", ".join(f"{d['id']} ({d['state']})" for d in doc["after"])

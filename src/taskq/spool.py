@@ -35,6 +35,7 @@ SUBDIRS = (
     "schedules",
     "deps",
     "paused",
+    "ids",
 )
 STATES = ("waiting", "pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
 _PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
@@ -92,6 +93,7 @@ class Spool:
     schedules: str
     deps: str
     paused: str
+    ids: str
 
     def init(self) -> None:
         """Create the layout (idempotent), with permissions for one owner."""
@@ -201,6 +203,16 @@ class Spool:
 
     def locate(self, task_id: str) -> Located:
         """Find a task by id in any state; raise NotFound if it is nowhere.
+
+        Its ids/ hint leads to it in a few probes (byid.py); only a task the
+        hints cannot reach is searched for by listing the spool (scan).
+        """
+        from taskq import byid  # byid builds on this module
+
+        return byid.locate(self, task_id)
+
+    def scan(self, task_id: str) -> Located:
+        """Find a task by listing every state; raise NotFound if it is nowhere.
 
         A task may move while we look; searching the states in the order
         tasks move through them, then once more, finds it unless it is

@@ -1,7 +1,9 @@
 """What `taskq stats` reports: counts, the overdue backlog, lateness, daemons.
 
 Counts come from file names alone (state from the directory, queue from the
-name), so they cost a listing of the spool, not a read of every task. The
+name's last field), so they cost a listing of the spool, not a read of every
+task, and no name is parsed but those in due buckets and claimed/. A
+directory unchanged since the last stats is not even listed (dircounts.py). The
 lateness percentiles read the journals of the most recently finished tasks.
 """
 
@@ -11,9 +13,10 @@ import collections
 from typing import Any
 
 from taskq import fsutil, journal, pause, status
+from taskq.dircounts import DirCounts, queue_of, task_names
 from taskq.spool import STATES, Spool
-from taskq.task import TaskName
-from taskq.timespec import SECOND, format_iso
+from taskq.task import TaskName, bucket_of
+from taskq.timespec import SECOND, format_compact, format_iso, parse_compact
 
 RECENT = 500  # finished tasks whose attempts feed the lateness percentiles
 
@@ -23,13 +26,16 @@ def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
     counts: dict[str, collections.Counter[str]] = {s: collections.Counter() for s in STATES}
     overdue: collections.Counter[str] = collections.Counter()
     oldest: dict[str, int] = {}
-    for state in STATES:
+    cache = DirCounts(spool.root, spool.run)
+    _count_pending(spool, now, cache, counts["pending"], overdue, oldest)
+    for state in ("claimed", "running", "cancelling"):
         for found in spool.iter_state(state):
-            queue = found.name.queue
-            counts[state][queue] += 1
-            if state == "pending" and found.name.run_at <= now:
-                overdue[queue] += 1
-                oldest[queue] = min(oldest.get(queue, now), found.name.run_at)
+            counts[state][found.name.queue] += 1
+    for day in fsutil.listdir(spool.done):
+        counts["done"].update(cache.count("done", day))
+    counts["failed"].update(cache.count("failed", ""))
+    counts["cancelled"].update(cache.count("cancelled", ""))
+    cache.save()
     daemons = status.read_all(spool.run)
     for record in daemons:
         record["alive"] = status.record_alive(spool.run, record, local_host, now)
@@ -50,6 +56,36 @@ def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
         "daemons": daemons,
         "paused": [p.to_doc() for p in pause.active(spool, now)],
     }
+
+
+def _count_pending(
+    spool: Spool,
+    now: int,
+    cache: DirCounts,
+    into: collections.Counter[str],
+    overdue: collections.Counter[str],
+    oldest: dict[str, int],
+) -> None:
+    """Count pending tasks by queue; look closer only at buckets that are due.
+
+    A bucket after now's minute holds no overdue task, so it is only counted
+    (from the cache if it has not changed); the due buckets (few, unless
+    there is a backlog) are compared with now name by name, as names sort by
+    run_at.
+    """
+    current, now_compact = bucket_of(now), format_compact(now)
+    for bucket in spool.buckets():
+        if bucket > current:
+            for queue, n in cache.count("pending", bucket).items():
+                into[queue] += n
+            continue
+        for entry in sorted(task_names(spool.bucket_dir(bucket))):
+            queue = queue_of(entry)
+            into[queue] += 1
+            if entry[:23] <= now_compact:
+                overdue[queue] += 1
+                if queue not in oldest:
+                    oldest[queue] = parse_compact(entry[:23])
 
 
 def _lateness(spool: Spool) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import hashlib
 import os
 import stat
 
-from taskq import fsutil
+from taskq import byid, fsutil
 from taskq.errors import CorruptFile, NotFound
 from taskq.faults import crash_point
 from taskq.spool import Spool
@@ -100,8 +100,13 @@ def publish(spool: Spool, tmp: str, name: TaskName) -> bool:
 
 
 def _place(spool: Spool, tmp: str, name: TaskName) -> bool:
-    """Rename tmp into its bucket (no sync); False if someone else did it first."""
+    """Rename tmp into its bucket (no sync); False if someone else did it first.
+
+    The id's hint (byid.py) is written first, so a published task has one
+    unless a crash loses it; it is not synced (a lookup without it searches).
+    """
     bucket = spool.bucket_dir(name.bucket)
+    byid.point(spool, name.id, os.path.join(bucket, str(name)))
     for _ in range(_PUBLISH_TRIES):
         fsutil.ensure_dir(bucket)
         try:

@@ -47,6 +47,9 @@ _CLAIM_NAME = re.compile(
     rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+_[^_]+)_(claimed|started|cancelling)_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
 )
 
+TASK_NAME = _TASK_NAME  # groups: run_at (compact), id, attempt, queue
+CLAIM_NAME = _CLAIM_NAME  # groups: task name, phase, expiry, pid, host
+
 
 _last_id = 0
 

@@ -1,0 +1,188 @@
+"""Finding a task by id without listing the spool: ids/ hints, checked by probing.
+
+ids/XY/ID (XY: the id's last two characters, random bits that spread ids
+evenly over at most 1,024 directories) is a symbolic link to the file where
+the task was put last by a submit, an operator's reschedule or retry, or a
+lookup that had to search: ../../pending/BUCKET/NAME. It is only ever a
+hint. A lookup reads it, takes the task name from its last component and
+probes the few places that name can be in now, in the order tasks move
+through them: its bucket in pending/, claimed/ (listed: it holds only the
+tasks in flight), failed/, cancelled/ and each day of done/. Moves that
+change the name without touching the hint (the daemon's retry after a
+failed attempt: attempt + 1, a later run_at) are journalled with the new
+run_at, so the journal's names are probed next. A task in none of those
+places (its hint lost in a crash, a spool from before ids/ existed, or a
+task that moved back and forth while we looked) is found by listing the
+spool, the way every lookup once worked, and its hint is rewritten.
+
+So a hint costs a submit one symlink() and no fsync (a batch's last syncfs
+makes it durable for free), costs the daemon nothing, and cannot make a
+lookup wrong: a stale or missing hint only makes it slower. `taskq fsck`
+rebuilds every hint from the spool alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from taskq import fsutil, journal
+from taskq.errors import NotFound, TaskqError
+from taskq.spool import Located, Spool
+from taskq.task import ClaimName, TaskName, check_id
+from taskq.timespec import parse_when
+
+ROUNDS = 3  # probe rounds before a lookup falls back to listing the spool
+_STATE_OF_PHASE = {"claimed": "claimed", "started": "running", "cancelling": "cancelling"}
+_RESCHEDULES = ("rescheduled", "retried", "retry")  # journal events that rename a task
+
+
+def shard(spool: Spool, task_id: str) -> str:
+    """The ids/ directory that holds this id's hint."""
+    return os.path.join(spool.ids, task_id[-2:])
+
+
+def hint_path(spool: Spool, task_id: str) -> str:
+    return os.path.join(shard(spool, task_id), task_id)
+
+
+def point(spool: Spool, task_id: str, path: str) -> None:
+    """Make the id's hint point at a task file: best effort, never synced, never fails.
+
+    A new hint is one symlink(); an existing one is replaced by a rename, so
+    a reader sees the old target or the new one, never none.
+    """
+    directory = shard(spool, task_id)
+    link = os.path.join(directory, task_id)
+    target = os.path.relpath(path, directory)
+    with contextlib.suppress(OSError, TaskqError):
+        for _ in range(2):
+            try:
+                os.symlink(target, link)
+                return
+            except FileExistsError:
+                _replace(directory, task_id, target)
+                return
+            except FileNotFoundError:
+                fsutil.ensure_dir(spool.ids)
+                fsutil.ensure_dir(directory)
+
+
+def _replace(directory: str, task_id: str, target: str) -> None:
+    staging = os.path.join(directory, f".{task_id}.{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(staging)
+    os.symlink(target, staging)
+    os.replace(staging, os.path.join(directory, task_id))
+
+
+def forget(spool: Spool, task_id: str) -> None:
+    """Remove an id's hint (its task is gone for good); best effort."""
+    with contextlib.suppress(OSError):
+        os.unlink(hint_path(spool, task_id))
+
+
+def read_hint(spool: Spool, task_id: str) -> TaskName | None:
+    """The task name the hint points at, or None if there is no usable hint."""
+    try:
+        entry = os.path.basename(os.readlink(hint_path(spool, task_id)))
+    except OSError:
+        return None
+    try:
+        name = TaskName.parse(entry)
+    except ValueError:
+        try:
+            name = ClaimName.parse(entry).task
+        except ValueError:
+            return None
+    return name if name.id == task_id else None
+
+
+def journal_names(spool: Spool, hint: TaskName) -> list[TaskName]:
+    """The names the journal says the task was given since, newest first."""
+    names = [hint]
+    for r in journal.read(spool.log_dir(hint.id)):
+        attempt = r.get("next_attempt", r.get("attempt"))
+        if r["event"] not in _RESCHEDULES or not isinstance(r.get("run_at"), str):
+            continue
+        if not isinstance(attempt, int) or attempt < 1:
+            continue
+        try:
+            run_at = parse_when(r["run_at"], 0)
+        except TaskqError:
+            continue
+        name = TaskName(run_at, hint.id, attempt, hint.queue)
+        if name not in names:
+            names.append(name)
+    return [names[0], *reversed(names[1:])] if len(names) > 1 else names
+
+
+def probe(spool: Spool, task_id: str, names: list[TaskName]) -> Located | None:
+    """Look for the task under these names in every state, in the order tasks move."""
+    for name in names:
+        path = os.path.join(spool.bucket_dir(name.bucket), str(name))
+        if os.path.lexists(path):
+            return Located("pending", path, name)
+    found = _claimed(spool, task_id)
+    if found is not None:
+        return found
+    for directory, state in ((spool.failed, "failed"), (spool.cancelled, "cancelled")):
+        for name in names:
+            path = os.path.join(directory, str(name))
+            if os.path.lexists(path):
+                return Located(state, path, name)
+    for day in reversed(fsutil.listdir(spool.done)):
+        for name in names:
+            path = os.path.join(spool.done, day, str(name))
+            if os.path.lexists(path):
+                return Located("done", path, name)
+    return None
+
+
+def _claimed(spool: Spool, task_id: str) -> Located | None:
+    try:
+        entries = os.listdir(spool.claimed)
+    except FileNotFoundError:
+        return None
+    for entry in entries:
+        if task_id not in entry:
+            continue
+        try:
+            claim = ClaimName.parse(entry)
+        except ValueError:
+            continue
+        if claim.task.id == task_id:
+            path = os.path.join(spool.claimed, entry)
+            return Located(_STATE_OF_PHASE[claim.phase], path, claim.task, claim)
+    return None
+
+
+def locate(spool: Spool, task_id: str) -> Located:
+    """Find a task by id in any state; raise NotFound if it is nowhere.
+
+    Probes from the hint cost a few stat() calls whatever the spool holds;
+    only a task the hints cannot reach costs a listing of the spool.
+    """
+    task_id = check_id(task_id)
+    hint = read_hint(spool, task_id)
+    if hint is not None:
+        found = probe(spool, task_id, [hint])
+        if found is not None:
+            return found
+        for _ in range(ROUNDS):
+            found = probe(spool, task_id, journal_names(spool, hint))
+            if found is not None:
+                point(spool, task_id, found.path)
+                return found
+    found = spool.scan(task_id)
+    point(spool, task_id, found.path)
+    return found
+
+
+def known(spool: Spool, task_id: str) -> bool:
+    """Whether a task with this id exists (a full lookup)."""
+    try:
+        locate(spool, task_id)
+    except NotFound:
+        return False
+    return True
