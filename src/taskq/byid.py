@@ -123,6 +123,9 @@ def probe(spool: Spool, task_id: str, names: list[TaskName]) -> Located | None:
         path = os.path.join(spool.bucket_dir(name.bucket), str(name))
         if os.path.lexists(path):
             return Located("pending", path, name)
+        path = os.path.join(spool.waiting, str(name))  # --after: named as in pending/
+        if os.path.lexists(path):
+            return Located("waiting", path, name)
     found = _claimed(spool, task_id)
     if found is not None:
         return found

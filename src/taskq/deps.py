@@ -29,7 +29,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-from taskq import fsutil, journal, transitions
+from taskq import byid, fsutil, journal, transitions
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import END_STATES, Located, Spool
 from taskq.task import TaskBody, TaskName, check_id, valid_id
@@ -228,6 +228,7 @@ def publish_waiting(spool: Spool, tmp: str, name: TaskName, after: list[str], no
         if state in END_STATES:
             mark_ended(spool, dep, state)
     fsutil.rename_cas(tmp, os.path.join(spool.waiting, str(name)))
+    byid.point(spool, name.id, os.path.join(spool.waiting, str(name)))  # a lookup's hint
     fsutil.fsync_dir(spool.waiting)
     if any(marker(spool, dep) is not None for dep in after):
         resolve(spool, name, now)
