@@ -554,7 +554,7 @@ def _print_rows(
     rows: Iterator[Any], as_json: bool, with_command: bool, stamp: Callable[[int], str]
 ) -> None:
     from taskq.listing import as_object
-    from taskq.render import LS_HEADER, ls_line
+    from taskq.render import ls_header, ls_line
 
     out = sys.stdout
     first = True
@@ -563,7 +563,7 @@ def _print_rows(
             out.write(json.dumps(as_object(row, with_command), ensure_ascii=False) + "\n")
         else:
             if first:
-                out.write((LS_HEADER if with_command else LS_HEADER[:-9].rstrip()) + "\n")
+                out.write(ls_header(with_command, stamp) + "\n")
             out.write(ls_line(row, with_command, stamp) + "\n")
         if first:
             out.flush()  # the first line at once, then block-buffered

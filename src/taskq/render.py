@@ -71,7 +71,11 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
     return doc
 
 
-LS_HEADER = f"{'ID':<26}  {'STATE':<10}  {'RUN_AT':<24}  TRY  {'QUEUE':<8}  COMMAND"
+def ls_header(with_command: bool = True, stamp: Stamp = format_iso) -> str:
+    """The header line of ls: RUN_AT is wider for local times, which carry an offset."""
+    width = 24 if stamp is format_iso else 29
+    line = f"{'ID':<26}  {'STATE':<10}  {'RUN_AT':<{width}}  TRY  {'QUEUE':<8}"
+    return f"{line}  COMMAND" if with_command else line.rstrip()
 
 
 def ls_line(row: Row, with_command: bool = True, stamp: Stamp = format_iso) -> str:
@@ -81,7 +85,8 @@ def ls_line(row: Row, with_command: bool = True, stamp: Stamp = format_iso) -> s
         run_at = f"{c[0:4]}-{c[4:6]}-{c[6:8]}T{c[9:11]}:{c[11:13]}:{c[13:15]}{c[15:19]}Z"
     else:  # local time with its offset, to the millisecond
         run_at = re.sub(r"(\.\d{3})\d{3}", r"\1", stamp(parse_compact(c)))
-    line = f"{row.id}  {row.state:<10}  {run_at:<24}  {row.attempt:<3}  {row.queue:<8}"
+    width = 24 if stamp is format_iso else 29
+    line = f"{row.id}  {row.state:<10}  {run_at:<{width}}  {row.attempt:<3}  {row.queue:<8}"
     if not with_command:
         return line.rstrip()
     command = _shell_line(tuple(row.command)) if row.command else "?"
