@@ -126,7 +126,7 @@ def probe(spool: Spool, task_id: str, names: list[TaskName]) -> Located | None:
         path = os.path.join(spool.waiting, str(name))  # --after: named as in pending/
         if os.path.lexists(path):
             return Located("waiting", path, name)
-    found = _claimed(spool, task_id)
+    found = claimed(spool, task_id)
     if found is not None:
         return found
     for directory, state in ((spool.failed, "failed"), (spool.cancelled, "cancelled")):
@@ -142,7 +142,8 @@ def probe(spool: Spool, task_id: str, names: list[TaskName]) -> Located | None:
     return None
 
 
-def _claimed(spool: Spool, task_id: str) -> Located | None:
+def claimed(spool: Spool, task_id: str) -> Located | None:
+    """The task's claim in claimed/, listed (fresh on shared filesystems), if it has one."""
     try:
         entries = os.listdir(spool.claimed)
     except FileNotFoundError:

@@ -20,9 +20,9 @@ the attempt holds it for it), and with its lease not yet run out.
 
 from __future__ import annotations
 
-from taskq import fsutil
+from taskq import byid
 from taskq.errors import BadInput, Conflict
-from taskq.spool import Spool, stray
+from taskq.spool import Spool
 from taskq.task import ClaimName
 from taskq.timespec import format_iso
 
@@ -58,16 +58,8 @@ def check(spool: Spool, task_id: str, fence: int, host: str, now: int) -> ClaimN
     name can linger after another host renamed it.
     """
     attempt = attempt_of(fence)
-    held = None
-    for entry in fsutil.listdir(spool.claimed):
-        if stray(entry):
-            continue
-        try:
-            claim = ClaimName.parse(entry)
-        except ValueError:
-            continue
-        if claim.task.id == task_id:
-            held = claim
+    found = byid.claimed(spool, task_id)
+    held = None if found is None else found.claim
     why = _why_not(held, attempt, host, now)
     if why is not None:
         raise Conflict(f"task {task_id} attempt {attempt} no longer holds its claim: {why}")

@@ -161,26 +161,13 @@ def read_spool_file(path: str, limit: int) -> bytes:
 
 def read_spool_file_owned(path: str, limit: int) -> tuple[bytes, int]:
     """Read a spool file as read_spool_file does; also return its owner's uid."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise CorruptFile("is a symbolic link") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CorruptFile("not a regular file")
-        if st.st_nlink != 1:
-            raise CorruptFile(f"has {st.st_nlink} hard links")
-        if st.st_mode & 0o022:
-            # Someone else could have rewritten the request: never run it.
-            raise CorruptFile(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
-        if st.st_size > limit:
-            raise CorruptFile(f"too large ({st.st_size} bytes, limit {limit})")
-        return os.read(fd, limit + 1), st.st_uid
-    finally:
-        os.close(fd)
+    data, st = read_small(path, limit)
+    if st.st_nlink != 1:
+        raise CorruptFile(f"has {st.st_nlink} hard links")
+    if st.st_mode & 0o022:
+        # Someone else could have rewritten the request: never run it.
+        raise CorruptFile(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
+    return data, st.st_uid
 
 
 def ensure_dir(path: str, mode: int = 0o700) -> bool:
