@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
-EXAMPLES = int(os.environ.get("TASKQ_FUZZ_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("TASKQ_FUZZ_EXAMPLES", "12"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,

@@ -117,21 +117,28 @@ def _state_rows(spool: Spool, state: str, flt: Filter) -> Iterator[Row]:
         last = "~" if flt.before is None else bucket_of(flt.before)
         for bucket in fsutil.listdir(spool.pending):
             if valid_bucket(bucket) and first <= bucket <= last:
-                yield from _dir_rows(spool.bucket_dir(bucket), state, flt, low, high)
+                yield from _dir_rows(spool.bucket_dir(bucket), state, flt, low, high, spool)
     elif state in _PHASE_OF:
         yield from _claimed_rows(spool, state, flt, low, high)
     elif state == "done":
         first = "" if flt.after is None else day_of(flt.after - _DONE_SLACK)
         for day in fsutil.listdir(spool.done):
             if not stray(day) and day >= first:
-                yield from _dir_rows(os.path.join(spool.done, day), state, flt, low, high)
+                yield from _dir_rows(os.path.join(spool.done, day), state, flt, low, high, spool)
     else:
         yield from _dir_rows(getattr(spool, state), state, flt, low, high)
 
 
-def _dir_rows(directory: str, state: str, flt: Filter, low: str, high: str) -> Iterator[Row]:
-    """A directory's rows; bodies are opened relative to it (no path walk per task)."""
-    entries = [e for e in fsutil.listdir(directory) if low <= e < high]  # names start with run_at
+def _dir_rows(
+    directory: str, state: str, flt: Filter, low: str, high: str, skip: Spool | None = None
+) -> Iterator[Row]:
+    """A directory's rows; bodies are opened relative to it (no path walk per task).
+
+    With skip, the directory is a bucket or done day that a member may have
+    made unreadable (or a link): it is skipped with a warning, not an error.
+    """
+    names = fsutil.listdir(directory) if skip is None else skip.readable_entries(directory)
+    entries = [e for e in names if low <= e < high]  # names start with run_at
     if not entries:
         return
     try:

@@ -71,7 +71,7 @@ class Spool:
         # A spool given as a symlink (/var/spool/taskq -> /srv/taskq) is
         # resolved once, so every command and check sees the same directory.
         self.root = os.path.realpath(root)
-        # Told once about each directory a lookup skips (see _entries); the
+        # Told once about each directory a lookup skips (see readable_entries); the
         # CLI prints it, a daemon logs it.
         self.warn: Callable[[str], None] = logging.getLogger("taskq").warning
         self._warned: set[str] = set()
@@ -145,7 +145,7 @@ class Spool:
         """The pending buckets, oldest first (other names are ignored here)."""
         return [b for b in fsutil.listdir(self.pending) if valid_bucket(b)]
 
-    def _entries(self, directory: str) -> list[str]:
+    def readable_entries(self, directory: str) -> list[str]:
         """List a bucket or a done/ day; one that cannot be read is skipped, with a warning.
 
         In a shared spool a member may make a bucket private, or a link to a
@@ -177,7 +177,7 @@ class Spool:
             yield from self._iter_flat(state, getattr(self, state))
 
     def _iter_flat(self, state: str, directory: str, skip: bool = False) -> Iterator[Located]:
-        for entry in self._entries(directory) if skip else fsutil.listdir(directory):
+        for entry in self.readable_entries(directory) if skip else fsutil.listdir(directory):
             if stray(entry):
                 continue
             try:
