@@ -63,7 +63,7 @@ def real_stamp(stamps: Path, extra: str = "") -> list[str]:
 def test_four_daemons_skewed_clocks_never_early_exactly_once(
     tq: Taskq, tmp_path: Path, start_host: StartDaemon, stamps: Path
 ) -> None:
-    n = int(os.environ.get("TASKQ_TEST_TASKS", "2000"))
+    n = int(os.environ.get("TASKQ_TEST_TASKS", "800"))  # more with TASKQ_TEST_TASKS
     common = ["--workers", "8", "--lease", "10s", "--clock-check", "1s"]
     daemons = {
         "plain-a": start_host("plain-a", *common),
@@ -85,7 +85,7 @@ def test_four_daemons_skewed_clocks_never_early_exactly_once(
             env={"PATH": DEFAULT_PATH},
         )
         ids.append(submit(spool, body)[0].id)
-    wait_for(lambda: len(read_stamps(stamps)) >= n, 120, f"all {n} tasks to run")
+    wait_for(lambda: len(read_stamps(stamps)) >= n, 300, f"all {n} tasks to run")
     for d in daemons.values():
         assert d.stop() == 0
     runs = collections.Counter(task_id for task_id, _, _ in read_stamps(stamps))
