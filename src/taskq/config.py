@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.errors import ConfigError, TaskqError
+from taskq.lazyre import Lazy
 from taskq.security import Policy
 from taskq.timespec import SECOND, parse_duration
 
 CONFIG = "config.toml"
 _LIMITS = ("max_overdue", "min_free_bytes", "min_free_inodes")
-_SIZE = re.compile(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
+_SIZE = Lazy(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
 _SCALE = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 

@@ -14,12 +14,10 @@ would, and then let it go on with SIGCONT.
 from __future__ import annotations
 
 import os
-import signal
 
 _SPEC = os.environ.get("TASKQ_CRASH_AT") or None
 _NAME, _, _NTH = (_SPEC or "").partition(":")
 _WHEN = int(_NTH) if _NTH.isdigit() else 1
-_SIGNAL = signal.SIGSTOP if os.environ.get("TASKQ_CRASH_SIGNAL") == "STOP" else signal.SIGKILL
 _seen = 0
 
 POINTS = (
@@ -53,4 +51,7 @@ def crash_point(name: str) -> None:
         return
     _seen += 1
     if _seen == _WHEN:
-        os.kill(os.getpid(), _SIGNAL)
+        import signal  # only here: the CLI's start-up need not import it
+
+        stop = os.environ.get("TASKQ_CRASH_SIGNAL") == "STOP"
+        os.kill(os.getpid(), signal.SIGSTOP if stop else signal.SIGKILL)

@@ -8,19 +8,31 @@ except where a spool file is judged corrupt (CorruptFile).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
+import functools
 import os
 import stat
+from typing import Any
 
 from taskq.errors import CorruptFile, NoPermission, TaskqError, TempFail
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
-_libc = ctypes.CDLL(None, use_errno=True)
-_renameat2 = getattr(_libc, "renameat2", None)
-_syncfs = getattr(_libc, "syncfs", None)
 TEMPORARY_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EAGAIN, errno.EIO, errno.EBUSY}
+
+
+@functools.cache
+def _libc(name: str) -> Any:
+    """A libc function through ctypes, or None; loaded on first use (ctypes is slow to import)."""
+    import ctypes
+
+    return getattr(ctypes.CDLL(None, use_errno=True), name, None)
+
+
+def _errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
 
 
 def rename_cas(
@@ -70,8 +82,9 @@ def _lexists(path: str, dir_fd: int | None) -> bool:
 
 
 def _rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None) -> None:
-    if _renameat2 is not None:
-        rc = _renameat2(
+    renameat2 = _libc("renameat2")
+    if renameat2 is not None:
+        rc = renameat2(
             _AT_FDCWD if src_dir_fd is None else src_dir_fd,
             os.fsencode(src),
             _AT_FDCWD if dst_dir_fd is None else dst_dir_fd,
@@ -80,7 +93,7 @@ def _rename(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None) 
         )
         if rc == 0:
             return
-        err = ctypes.get_errno()
+        err = _errno()
         if err not in (errno.EINVAL, errno.ENOSYS):
             raise OSError(err, os.strerror(err), src, None, dst)
     os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
@@ -125,13 +138,14 @@ def fsync_dir(path: str) -> None:
 
 def syncfs(path: str) -> None:
     """Flush the whole filesystem holding path: one call commits a batch."""
-    if _syncfs is None:
+    sync = _libc("syncfs")
+    if sync is None:
         os.sync()
         return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        if _syncfs(fd) != 0:
-            err = ctypes.get_errno()
+        if sync(fd) != 0:
+            err = _errno()
             raise OSError(err, os.strerror(err), path)
     finally:
         os.close(fd)

@@ -8,7 +8,6 @@ line (a crash mid-append) by skipping what does not parse.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from typing import Any
 
@@ -27,6 +26,8 @@ def append(log_dir: str, event: str, now: int, **fields: Any) -> bool:
     try:
         _write(log_dir, _line(event, now, fields), sync=False)
     except OSError as e:
+        import logging  # rarely: the CLI's start-up need not import it
+
         logging.getLogger("taskq").warning("cannot journal %s in %s: %s", event, log_dir, e)
         return False
     return True

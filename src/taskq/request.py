@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from taskq.errors import BadInput
+from taskq.lazyre import Lazy
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PATH,
@@ -35,7 +35,7 @@ from taskq.task import (
 )
 from taskq.timespec import parse_when
 
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME = Lazy(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_ATTEMPTS = 1000  # the largest --max-attempts a request may ask for
 MAX_ENV = 256 << 10  # bytes of NAME=VALUE\0 a task's environment may take in its body
 

@@ -9,7 +9,6 @@ transitions between states live in transitions.py; submission in submit.py.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +42,13 @@ END_STATES = ("done", "failed", "cancelled")
 DOORBELL = "doorbell"
 
 
+def _log_warning(message: str) -> None:
+    """The daemon's warning; logging is imported on first use (the CLI sets its own warn)."""
+    import logging
+
+    logging.getLogger("taskq").warning(message)
+
+
 def stray(entry: str) -> bool:
     """Whether a name in the spool is someone else's business, never a task.
 
@@ -73,7 +79,7 @@ class Spool:
         self.root = os.path.realpath(root)
         # Told once about each directory a lookup skips (see readable_entries); the
         # CLI prints it, a daemon logs it.
-        self.warn: Callable[[str], None] = logging.getLogger("taskq").warning
+        self.warn: Callable[[str], None] = _log_warning
         self._warned: set[str] = set()
         for sub in SUBDIRS:
             setattr(self, sub, os.path.join(self.root, sub))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import stat
 
@@ -198,6 +197,8 @@ def legacy_key_path(spool: Spool, key: str) -> str:
 
 
 def _digest(key: str) -> str:
+    import hashlib  # only for keys: the CLI's start-up need not import it
+
     return hashlib.sha256(key.encode()).hexdigest()[:40]
 
 

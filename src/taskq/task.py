@@ -8,7 +8,6 @@ anything it did not produce, so a foreign file can be quarantined.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -17,6 +16,7 @@ from datetime import UTC
 from typing import Any
 
 from taskq.errors import BadInput, CorruptFile
+from taskq.lazyre import Lazy
 from taskq.timespec import SECOND, format_compact, format_iso, parse_compact, parse_when
 
 FORMAT_VERSION = 1
@@ -35,20 +35,27 @@ MAIL_MODES = ("failure", "always", "never")
 MAX_AFTER = 100  # dependencies one task may name
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
-_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,63}")  # no '_': it separates name fields
-_BUCKET = re.compile(r"\d{12}")
+_ID = Lazy(r"[0-9A-HJKMNP-TV-Z]{26}")
+_TOKEN = Lazy(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_QUEUE = Lazy(r"[A-Za-z0-9][A-Za-z0-9.-]{0,63}")  # no '_': it separates name fields
+_BUCKET = Lazy(r"\d{12}")
 _COMPACT = r"\d{8}T\d{6}\.\d{6}Z"
-_TASK_NAME = re.compile(
+_TASK_NAME = Lazy(
     rf"({_COMPACT})_([0-9A-HJKMNP-TV-Z]{{26}})_([1-9]\d{{0,5}})_([A-Za-z0-9][A-Za-z0-9.-]{{0,63}})"
 )
-_CLAIM_NAME = re.compile(
+_CLAIM_NAME = Lazy(
     rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+_[^_]+)_(claimed|started|cancelling)_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
 )
 
 TASK_NAME = _TASK_NAME  # groups: run_at (compact), id, attempt, queue
 CLAIM_NAME = _CLAIM_NAME  # groups: task name, phase, expiry, pid, host
+
+
+def _base64() -> Any:
+    """The base64 module, imported for the rare task with a payload."""
+    import base64
+
+    return base64
 
 
 _last_id = 0
@@ -215,7 +222,7 @@ class TaskBody:
             "expires": _secs(self.expires),
             "run_at": format_iso(self.run_at),
             "submitted_at": format_iso(self.submitted_at),
-            "stdin": None if self.stdin is None else base64.b64encode(self.stdin).decode(),
+            "stdin": None if self.stdin is None else _base64().b64encode(self.stdin).decode(),
             "umask": None if self.umask is None else f"{self.umask:04o}",
             "env_recorded": self.env_recorded,
         }
@@ -264,7 +271,7 @@ class TaskBody:
             # as UTC, never in the zone of whichever daemon reads it.
             run_at=parse_when(_str(doc, "run_at"), 0, UTC),
             submitted_at=parse_when(_str(doc, "submitted_at"), 0, UTC),
-            stdin=None if stdin is None else base64.b64decode(_str(doc, "stdin"), validate=True),
+            stdin=None if stdin is None else _base64().b64decode(_str(doc, "stdin"), validate=True),
             umask=_umask(doc),
             env_recorded=doc.get("env_recorded") is True,
             after=_after(doc),

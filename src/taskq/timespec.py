@@ -10,6 +10,7 @@ import re
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
 from taskq.errors import BadInput
+from taskq.lazyre import Lazy
 
 US = 1
 MS = 1_000
@@ -19,9 +20,9 @@ HOUR = 60 * MINUTE
 DAY = 24 * HOUR
 
 _UNITS = {"us": US, "ms": MS, "s": SECOND, "m": MINUTE, "h": HOUR, "d": DAY, "w": 7 * DAY}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h|d|w)")
-_BARE = re.compile(r"\d+(?:\.\d+)?")
-_EPOCH = re.compile(r"@(-?\d+)(?:\.(\d{1,9}))?")
+_PART = Lazy(r"(\d+(?:\.\d+)?)(us|ms|s|m|h|d|w)")
+_BARE = Lazy(r"\d+(?:\.\d+)?")
+_EPOCH = Lazy(r"@(-?\d+)(?:\.(\d{1,9}))?")
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=UTC)
 # The latest instant a task may name; keeps names fixed-width (year 9999).
 MAX_INSTANT = 253402300799 * SECOND
@@ -94,10 +95,10 @@ class _Bad(BadInput):
 
 
 _UNIT_US = {"minute": MINUTE, "hour": HOUR}
-_INCREMENT = re.compile(r"(.*?) ?\+ ?(\d{1,7}) ?(minute|min|hour|day|week)s?", re.IGNORECASE)
-_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+_INCREMENT = Lazy(r"(.*?) ?\+ ?(\d{1,7}) ?(minute|min|hour|day|week)s?", re.IGNORECASE)
+_CLOCK = Lazy(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
 _NAMED = {"noon": "12:00", "midnight": "00:00", "teatime": "16:00"}
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATE = Lazy(r"\d{4}-\d{2}-\d{2}")
 _HELP = (
     "use HH:MM[:SS] [today|tomorrow|YYYY-MM-DD], noon, midnight, teatime, "
     "now + N minutes|hours|days|weeks, ISO-8601 or @EPOCH"
@@ -213,7 +214,7 @@ def format_compact(us: int) -> str:
     return us_to_datetime(us).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
-_COMPACT = re.compile(r"(\d{8})T(\d{6})\.(\d{6})Z")
+_COMPACT = Lazy(r"(\d{8})T(\d{6})\.(\d{6})Z")
 
 
 def parse_compact(text: str) -> int:
