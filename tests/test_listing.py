@@ -64,6 +64,34 @@ def test_ls_filters(tq: Taskq) -> None:
     assert tq.run("ls", "--limit", "0", check=False).returncode == 2
 
 
+def test_ls_reads_argv_and_after_from_any_body(tq: Taskq) -> None:
+    """ls decodes only argv and after from the bodies taskq writes, and whole any other body.
+
+    The environment is most of a body, and it may hold names and values that
+    look like those fields; a body an operator rewrote in another layout is
+    decoded whole. The listing of more tasks than one output block is complete.
+    """
+    first = tq.submit("--in", "1h", "--", "true")
+    tq.env.update(argv='x\n "argv": ["evil"]', after='\n "after": ["01M8QB40XKYWG371TPYF9E4853"]')
+    tricky = tq.submit(
+        "--in", "2h", "--after", first, "--env", "argv=1", "--", "printf", '\n "argv": []'
+    )
+    rewritten = tq.submit("--in", "3h", "--", "echo", "hand", "made")
+    [path] = [p for p in (tq.spool / "pending").rglob(f"*_{rewritten}_*")]
+    body = json.loads(path.read_text())
+    body = {"env": {"argv": ["no"]}, **{k: v for k, v in body.items() if k != "env"}}
+    path.write_text(json.dumps(body))  # compact, env first: not taskq's own layout
+    line = json.dumps({"command": ["sleep", "1"], "run_at": "now + 4 hours"}) + "\n"
+    tq.run("submit", "--batch", "-", input=(line * 600).encode())
+    rows = {str(r["id"]): r for r in ndjson(tq.run("ls", "--json").stdout)}
+    assert rows[tricky]["command"] == ["printf", '\n "argv": []']
+    assert rows[tricky]["after"] == [first]
+    assert rows[rewritten]["command"] == ["echo", "hand", "made"]
+    assert rows[first]["command"] == ["true"] and len(rows) == 603
+    text = tq.run("ls").stdout.decode().splitlines()
+    assert len(text) == 604 and text[0].startswith("ID")
+
+
 @contextmanager
 def reads() -> Iterator[list[str]]:
     """The directories listed and files opened meanwhile (Python's audit events)."""

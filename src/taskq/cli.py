@@ -557,17 +557,22 @@ def _print_rows(
     from taskq.render import ls_header, ls_line
 
     out = sys.stdout
+    lines: list[str] = []
     first = True
     for row in rows:
         if as_json:
-            out.write(json.dumps(as_object(row, with_command), ensure_ascii=False) + "\n")
+            lines.append(json.dumps(as_object(row, with_command), ensure_ascii=False))
         else:
             if first:
-                out.write(ls_header(with_command, stamp) + "\n")
-            out.write(ls_line(row, with_command, stamp) + "\n")
-        if first:
-            out.flush()  # the first line at once, then block-buffered
+                lines.append(ls_header(with_command, stamp))
+            lines.append(ls_line(row, with_command, stamp))
+        if first or len(lines) >= 256:  # the first line at once, then in blocks
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+            lines.clear()
             first = False
+    if lines:
+        out.write("\n".join(lines) + "\n")
     out.flush()
 
 

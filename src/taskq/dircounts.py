@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import time
 
@@ -72,24 +73,27 @@ class DirCounts:
 
     def count(self, parent: str, name: str) -> dict[str, int]:
         """The tasks by queue of parent/name (relative to the spool), listed only if it changed."""
+        return dict(_parse_counts(self.count_text(parent, name)) or {})
+
+    def count_text(self, parent: str, name: str) -> str:
+        """count() as its cached text, QUEUE:COUNT,...; a sum parses each distinct text once."""
         rel = f"{parent}/{name}" if name else parent
         try:
             st = os.stat(name or ".", dir_fd=self._fd(parent))
         except (FileNotFoundError, NotADirectoryError):
-            return {}
+            return ""
         key = f"{st.st_ino}\t{st.st_mtime_ns}\t{st.st_ctime_ns}\t{st.st_size}"
         cached = self.old.get(rel)
         if cached is not None:
             stamp, _, counted = cached.rpartition("\t")
-            if stamp == key:
-                counts = _parse_counts(counted)
-                if counts is not None:
-                    self.new[rel] = cached
-                    return counts
-        counts = dict(collections.Counter(queue_of(e) for e in task_names(f"{self.root}/{rel}")))
+            if stamp == key and _parse_counts(counted) is not None:
+                self.new[rel] = cached
+                return counted
+        counts = collections.Counter(queue_of(e) for e in task_names(f"{self.root}/{rel}"))
+        counted = ",".join(f"{q}:{n}" for q, n in counts.items())
         if self.now - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLE:
-            self.new[rel] = key + "\t" + ",".join(f"{q}:{n}" for q, n in counts.items())
-        return counts
+            self.new[rel] = f"{key}\t{counted}"
+        return counted
 
     def _fd(self, parent: str) -> int:
         """An open descriptor of a directory of the spool: stat() relative to it walks less."""
@@ -115,8 +119,16 @@ class DirCounts:
             os.unlink(staging)
 
 
+def sum_texts(texts: collections.Counter[str], into: collections.Counter[str]) -> None:
+    """Add counts given as how many directories had each count_text() to into."""
+    for text, times in texts.items():
+        for queue, n in (_parse_counts(text) or {}).items():
+            into[queue] += n * times
+
+
+@functools.lru_cache(maxsize=4096)
 def _parse_counts(text: str) -> dict[str, int] | None:
-    """QUEUE:COUNT,... as a dict; None if the text is not that."""
+    """QUEUE:COUNT,... as a dict (shared: do not change it); None if the text is not that."""
     counts = {}
     for item in text.split(",") if text else ():
         queue, _, n = item.partition(":")

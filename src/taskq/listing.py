@@ -71,7 +71,8 @@ class Row(NamedTuple):
 def command_of(entry: str, dir_fd: int | None) -> tuple[list[str] | None, tuple[str, ...]]:
     """A task file's argv (None if it is not a task's body) and what it waits for."""
     try:
-        doc = _DECODER.decode(_read(entry, dir_fd).decode())
+        text = _read(entry, dir_fd).decode()
+        doc = _fields(text)
     except (OSError, ValueError):
         return None, ()
     if not isinstance(doc, dict):
@@ -81,6 +82,28 @@ def command_of(entry: str, dir_fd: int | None) -> tuple[list[str] | None, tuple[
     if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
         return argv, waits
     return None, waits
+
+
+_OWN = '{\n "version": '  # how every body taskq writes begins (TaskBody.to_json, indent=1)
+_ARGV = '\n "argv": '
+_AFTER = '\n "after": '
+
+
+def _fields(text: str) -> object:
+    """The body's argv and after, without decoding the rest (its environment is most of it).
+
+    In a body taskq wrote, top-level keys, and only they, start a line with
+    one space (a newline inside a string is written as an escape), so the
+    two values can be decoded where they stand. Any other body, such as one
+    an operator rewrote by hand, is decoded whole.
+    """
+    if not text.startswith(_OWN) or (start := text.find(_ARGV)) < 0:
+        return _DECODER.decode(text)
+    argv, end = _DECODER.raw_decode(text, start + len(_ARGV))
+    after = text.find(_AFTER, end)
+    if after < 0:
+        return {"argv": argv}
+    return {"argv": argv, "after": _DECODER.raw_decode(text, after + len(_AFTER))[0]}
 
 
 def _read(path: str, dir_fd: int | None = None) -> bytes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from taskq import fsutil, journal, pause, status
+from taskq import dircounts, fsutil, journal, pause, status
 from taskq.dircounts import DirCounts, queue_of, task_names
 from taskq.spool import STATES, Spool
 from taskq.task import TaskName, bucket_of
@@ -74,10 +74,10 @@ def _count_pending(
     run_at.
     """
     current, now_compact = bucket_of(now), format_compact(now)
+    future: collections.Counter[str] = collections.Counter()  # count texts: most buckets share one
     for bucket in spool.buckets():
         if bucket > current:
-            for queue, n in cache.count("pending", bucket).items():
-                into[queue] += n
+            future[cache.count_text("pending", bucket)] += 1
             continue
         for entry in sorted(task_names(spool.bucket_dir(bucket))):
             queue = queue_of(entry)
@@ -86,6 +86,7 @@ def _count_pending(
                 overdue[queue] += 1
                 if queue not in oldest:
                     oldest[queue] = parse_compact(entry[:23])
+    dircounts.sum_texts(future, into)
 
 
 def _lateness(spool: Spool) -> dict[str, Any]:
