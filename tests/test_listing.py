@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -90,6 +91,49 @@ def test_ls_reads_argv_and_after_from_any_body(tq: Taskq) -> None:
     assert rows[first]["command"] == ["true"] and len(rows) == 603
     text = tq.run("ls").stdout.decode().splitlines()
     assert len(text) == 604 and text[0].startswith("ID")
+
+
+def test_a_long_listing_is_the_same_in_order_from_its_workers(tq: Taskq) -> None:
+    """Past lspool.HEAD buckets, worker processes render; lines, order and limits are kept.
+
+    90 minute buckets of three tasks each, in two queues, every --limit up
+    to past the end of the head and into the workers' chunks.
+    """
+    from taskq import lspool
+
+    base = (time.time_ns() // 1000 // HOUR + 2) * HOUR
+    docs = [
+        {
+            "command": ["echo", str(n)],
+            "run_at": f"@{(base + n * 20 * SECOND) / SECOND}",
+            "queue": "a" if n % 3 else "b",
+        }
+        for n in range(270)
+    ]
+    ids = (
+        tq.run("submit", "--batch", "-", input="".join(json.dumps(d) + "\n" for d in docs).encode())
+        .stdout.decode()
+        .split()
+    )
+    assert len({d["run_at"][:-3] for d in docs}) > 60 > lspool.HEAD + lspool.CHUNK
+    rows = ndjson(tq.run("ls", "--json").stdout)
+    assert [r["id"] for r in rows] == ids
+    assert [r["command"] for r in rows] == [d["command"] for d in docs]
+    text = tq.run("ls").stdout.decode().splitlines()
+    assert text[0].startswith("ID") and [line.split()[0] for line in text[1:]] == ids
+    for limit in (1, 47, 48, 49, 100, 269, 270, 271):
+        listed = ndjson(tq.run("ls", "--json", "--limit", str(limit)).stdout)
+        assert [r["id"] for r in listed] == ids[:limit]
+    b = [i for i, d in zip(ids, docs, strict=True) if d["queue"] == "b"]
+    assert [r["id"] for r in ndjson(tq.run("ls", "--json", "--queue", "b").stdout)] == b
+    head = subprocess.run(
+        f"{sys.executable} -m taskq ls | head -2",
+        shell=True,
+        capture_output=True,
+        env={**os.environ, "TASKQ_SPOOL": str(tq.spool)},
+        timeout=60,
+    )
+    assert head.stdout.decode().splitlines()[1].split()[0] == ids[0] and not head.stderr
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -524,7 +524,7 @@ def ls_(
     local: bool | None,
 ) -> None:
     """List tasks as they are read, one line each, by state then run_at."""
-    from taskq import listing
+    from taskq import listing, lspool
 
     now = wall_us()
     flt = listing.Filter(
@@ -536,9 +536,18 @@ def ls_(
         bodies=not names_only,
     )
     spool = _spool(ctx)
-    rows = listing.rows(spool, flt) if key is None else listing.by_key(spool, key, flt)
+    lines = lspool.Lines(as_json, not names_only, local)
+    _stamp(local)  # a bad TASKQ_TIMEFMT is refused before anything is listed
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
     try:
-        _print_rows(rows, as_json, not names_only, _stamp(local))
+        if key is None:
+            lspool.write_jobs(spool, flt, lines, write)
+        else:
+            lspool.write_rows(listing.by_key(spool, key, flt), flt, lines, write)
     except BrokenPipeError:  # `taskq ls | head`: the reader has all it wants
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
@@ -548,32 +557,6 @@ def _when(option: str, text: str, now: int) -> int:
         return parse_when(text, now)
     except BadInput as e:
         raise BadInput(f"{option}: {e}") from None
-
-
-def _print_rows(
-    rows: Iterator[Any], as_json: bool, with_command: bool, stamp: Callable[[int], str]
-) -> None:
-    from taskq.listing import as_object
-    from taskq.render import ls_header, ls_line
-
-    out = sys.stdout
-    lines: list[str] = []
-    first = True
-    for row in rows:
-        if as_json:
-            lines.append(json.dumps(as_object(row, with_command), ensure_ascii=False))
-        else:
-            if first:
-                lines.append(ls_header(with_command, stamp))
-            lines.append(ls_line(row, with_command, stamp))
-        if first or len(lines) >= 256:  # the first line at once, then in blocks
-            out.write("\n".join(lines) + "\n")
-            out.flush()
-            lines.clear()
-            first = False
-    if lines:
-        out.write("\n".join(lines) + "\n")
-    out.flush()
 
 
 @cli.command()

@@ -71,52 +71,65 @@ class Row(NamedTuple):
 def command_of(entry: str, dir_fd: int | None) -> tuple[list[str] | None, tuple[str, ...]]:
     """A task file's argv (None if it is not a task's body) and what it waits for."""
     try:
-        text = _read(entry, dir_fd).decode()
-        doc = _fields(text)
+        fd = os.open(entry, _READ, dir_fd=dir_fd)
+    except OSError:
+        return None, ()
+    try:
+        data = os.read(fd, _STEP)
+        if len(data) == _STEP:
+            data += _rest(fd)
+        text = data.decode()
+        if text.startswith(_OWN) and (start := text.find(_ARGV)) > 0:
+            argv, end = _DECODER.raw_decode(text, start + _ARGV_LEN)
+            at = text.find(_AFTER, end)
+            after = _DECODER.raw_decode(text, at + _AFTER_LEN)[0] if at > 0 else ()
+        else:
+            argv, after = _whole(text)
     except (OSError, ValueError):
         return None, ()
-    if not isinstance(doc, dict):
-        return None, ()
-    argv, after = doc.get("argv"), doc.get("after") or []
-    waits = tuple(a for a in after if isinstance(a, str)) if isinstance(after, list) else ()
-    if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+    finally:
+        os.close(fd)
+    waits = tuple(a for a in after if isinstance(a, str)) if type(after) is list else ()
+    if type(argv) is list and argv and all(type(a) is str for a in argv):
         return argv, waits
     return None, waits
 
 
-_OWN = '{\n "version": '  # how every body taskq writes begins (TaskBody.to_json, indent=1)
+# In a body taskq wrote (TaskBody.to_json, indent=1) top-level keys, and only
+# they, start a line with one space (a newline inside a string is written as
+# an escape), so argv and after can be decoded where they stand, without
+# decoding the environment that is most of a body. Any other body, such as
+# one an operator rewrote by hand, is decoded whole.
+_OWN = '{\n "version": '
 _ARGV = '\n "argv": '
 _AFTER = '\n "after": '
+_ARGV_LEN, _AFTER_LEN = len(_ARGV), len(_AFTER)
+_STEP = 16384  # most bodies are a few hundred bytes: never a MAX_BODY buffer per file
 
 
-def _fields(text: str) -> object:
-    """The body's argv and after, without decoding the rest (its environment is most of it).
-
-    In a body taskq wrote, top-level keys, and only they, start a line with
-    one space (a newline inside a string is written as an escape), so the
-    two values can be decoded where they stand. Any other body, such as one
-    an operator rewrote by hand, is decoded whole.
-    """
-    if not text.startswith(_OWN) or (start := text.find(_ARGV)) < 0:
-        return _DECODER.decode(text)
-    argv, end = _DECODER.raw_decode(text, start + len(_ARGV))
-    after = text.find(_AFTER, end)
-    if after < 0:
-        return {"argv": argv}
-    return {"argv": argv, "after": _DECODER.raw_decode(text, after + len(_AFTER))[0]}
+def _whole(text: str) -> tuple[object, list[object] | tuple[()]]:
+    """argv and after of a body in a layout of its own, decoded whole."""
+    doc = _DECODER.decode(text)
+    if not isinstance(doc, dict):
+        return None, ()
+    after = doc.get("after")
+    return doc.get("argv"), after if isinstance(after, list) else ()
 
 
-def _read(path: str, dir_fd: int | None = None) -> bytes:
-    """A file's bytes, read in small steps: most bodies are a few hundred bytes,
-    and asking os.read for MAX_BODY at once costs a 4 MB allocation per file."""
-    fd = os.open(path, _READ, dir_fd=dir_fd)
-    try:
-        chunks = [os.read(fd, 16384)]
-        while len(chunks[-1]) == 16384 and len(chunks) * 16384 <= MAX_BODY:
-            chunks.append(os.read(fd, 16384))
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+def _rest(fd: int) -> bytes:
+    """What follows a body's first step, up to MAX_BODY."""
+    chunks = [os.read(fd, _STEP)]
+    while len(chunks[-1]) == _STEP and len(chunks) * _STEP <= MAX_BODY:
+        chunks.append(os.read(fd, _STEP))
+    return b"".join(chunks)
+
+
+class Job(NamedTuple):
+    """One directory to list (a bucket, a done/ day, a state's directory) in one state."""
+
+    state: str
+    directory: str
+    member_made: bool  # a bucket or done/ day: unreadable means skipped, not an error
 
 
 def rows(spool: Spool, flt: Filter) -> Iterator[Row]:
@@ -124,8 +137,8 @@ def rows(spool: Spool, flt: Filter) -> Iterator[Row]:
     left = flt.limit
     if left is not None and left <= 0:
         return
-    for state in flt.states:
-        for row in _state_rows(spool, state, flt):
+    for job in jobs(spool, flt):
+        for row in job_rows(spool, job, flt):
             yield row
             if left is not None:
                 left -= 1
@@ -133,23 +146,35 @@ def rows(spool: Spool, flt: Filter) -> Iterator[Row]:
                     return
 
 
-def _state_rows(spool: Spool, state: str, flt: Filter) -> Iterator[Row]:
+def jobs(spool: Spool, flt: Filter) -> Iterator[Job]:
+    """The directories to list, in listing order: only those the filter's window can need."""
+    for state in flt.states:
+        if state == "pending":
+            first = "" if flt.after is None else bucket_of(flt.after)
+            last = "~" if flt.before is None else bucket_of(flt.before)
+            for bucket in fsutil.listdir(spool.pending):
+                if valid_bucket(bucket) and first <= bucket <= last:
+                    yield Job(state, spool.bucket_dir(bucket), True)
+        elif state == "done":
+            first = "" if flt.after is None else day_of(flt.after - _DONE_SLACK)
+            for day in fsutil.listdir(spool.done):
+                if not stray(day) and day >= first:
+                    yield Job(state, os.path.join(spool.done, day), True)
+        elif state in _PHASE_OF:
+            yield Job(state, spool.claimed, False)
+        else:
+            yield Job(state, getattr(spool, state), False)
+
+
+def job_rows(spool: Spool, job: Job, flt: Filter) -> Iterator[Row]:
+    """The rows of one directory, by run_at."""
     low, high = flt.window()
-    if state == "pending":
-        first = "" if flt.after is None else bucket_of(flt.after)
-        last = "~" if flt.before is None else bucket_of(flt.before)
-        for bucket in fsutil.listdir(spool.pending):
-            if valid_bucket(bucket) and first <= bucket <= last:
-                yield from _dir_rows(spool.bucket_dir(bucket), state, flt, low, high, spool)
-    elif state in _PHASE_OF:
-        yield from _claimed_rows(spool, state, flt, low, high)
-    elif state == "done":
-        first = "" if flt.after is None else day_of(flt.after - _DONE_SLACK)
-        for day in fsutil.listdir(spool.done):
-            if not stray(day) and day >= first:
-                yield from _dir_rows(os.path.join(spool.done, day), state, flt, low, high, spool)
+    if job.state in _PHASE_OF:
+        yield from _claimed_rows(spool, job.state, flt, low, high)
     else:
-        yield from _dir_rows(getattr(spool, state), state, flt, low, high)
+        yield from _dir_rows(
+            job.directory, job.state, flt, low, high, spool if job.member_made else None
+        )
 
 
 def _dir_rows(
@@ -169,11 +194,15 @@ def _dir_rows(
     except OSError:
         dir_fd = None
     try:
-        prefix = directory + os.sep
-        for entry in entries:
-            row = _row(state, prefix + entry, entry, flt, dir_fd)
-            if row is not None:
-                yield row
+        prefix, match, queues = directory + os.sep, TASK_NAME.compiled().fullmatch, flt.queues
+        for entry in entries:  # _row, inlined: this loop runs once per listed task
+            m = match(entry)
+            if m is None or (queues and m.group(4) not in queues):
+                continue
+            run_at, task_id, attempt, queue = m.groups()
+            body = entry if dir_fd is not None else prefix + entry
+            command, after = command_of(body, dir_fd) if flt.bodies else (None, ())
+            yield Row(state, prefix + entry, run_at, task_id, int(attempt), queue, command, after)
     finally:
         if dir_fd is not None:
             os.close(dir_fd)
