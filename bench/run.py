@@ -126,6 +126,20 @@ def bench_submit(tmp: Path, quick: bool) -> None:
     assert len(out.split()) == n_batch
     lib = _library_submits(tmp / "lib", 300 if quick else 1000)
     hue = _huey_schedules(tmp, 500 if quick else 2000)
+    group = _raw_group_commit(tmp / "group", n_batch)
+    one, click = _one_submit_against_click(sp, 10 if quick else 30)
+    row(
+        "one `taskq submit` process",
+        f"{one * 1000:.0f} ms",
+        f"{click * 1000:.0f} ms `python -c 'import click'`",
+        f"{one / click:.2f}x",
+    )
+    row(
+        "`taskq submit --batch`",
+        f"{batch:,.0f}/s",
+        f"{group:,.0f}/s raw group commit",
+        f"{batch / group:.2f}x",
+    )
     row(
         "single `taskq submit` processes",
         f"{single:,.0f}/s",
@@ -175,6 +189,38 @@ def _raw_durable(directory: Path, n: int) -> float:
     elapsed = time.perf_counter() - t0
     os.close(dfd)
     return n / elapsed
+
+
+def _raw_group_commit(directory: Path, n: int) -> float:
+    """The disk's group-commit rate: write n files, syncfs, rename the n, syncfs."""
+    from taskq.fsutil import syncfs
+
+    (directory / "tmp").mkdir(parents=True)
+    (directory / "new").mkdir()
+    body = b'{"argv": ["true"]}\n' * 10
+    t0 = time.perf_counter()
+    for i in range(n):
+        fd = os.open(directory / "tmp" / str(i), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, body)
+        os.close(fd)
+    syncfs(str(directory))
+    for i in range(n):
+        os.rename(directory / "tmp" / str(i), directory / "new" / str(i))
+    syncfs(str(directory))
+    return n / (time.perf_counter() - t0)
+
+
+def _one_submit_against_click(sp: Spooled, n: int) -> tuple[float, float]:
+    """Median wall seconds of one `taskq submit` and of `python -c 'import click'`, alternated."""
+    ours, click = [], []
+    for i in range(n):
+        t0 = time.perf_counter()
+        sp.run("submit", "--in", f"{7200 + i}s", "--", "true")
+        ours.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import click"], check=True)
+        click.append(time.perf_counter() - t0)
+    return statistics.median(ours), statistics.median(click)
 
 
 def _library_submits(root: Path, n: int) -> float:

@@ -8,7 +8,8 @@ prepare), Attempts (children and adopted orphans), Recovery (leases,
 takeover, adoption), Settler (moving a claim where policy says), GroupCommit
 (fsync what an iteration touched), Housekeeper (tmp/ and retention, in a
 thread) and Metrics with its Exporter (figures for Prometheus; the spool is
-counted off the loop). The loop below only orders them. Transitions of one iteration are
+counted off the loop). wiring.py makes the parts and wires them together;
+the loop below only orders them. Transitions of one iteration are
 made durable together before any attempt they concern is started.
 """
 
@@ -19,38 +20,27 @@ import os
 import time
 from collections.abc import Callable
 
-from taskq import config, runner
-from taskq.aftermath import Aftermath
-from taskq.attempts import Attempts, Prepared
+from taskq import runner
+from taskq.attempts import Prepared
 from taskq.clock import Clock
-from taskq.clockguard import ClockGuard
-from taskq.commit import GroupCommit
-from taskq.crew import Crew
-from taskq.dispatch import Dispatcher, QueueCaps
-from taskq.exporter import Exporter
+from taskq.dispatch import QueueCaps
 from taskq.faults import crash_point
-from taskq.health import Health, Snapshot
-from taskq.housekeeping import Housekeeper
-from taskq.materialise import Materialiser
-from taskq.metrics import Metrics
-from taskq.policy import Backoff
-from taskq.recovery import Recovery
+from taskq.health import Snapshot
 from taskq.settings import Settings
-from taskq.settle import Settler
 from taskq.spool import Spool
-from taskq.starter import SPIN, Starter
+from taskq.starter import SPIN
 from taskq.task import TaskName
 from taskq.timespec import SECOND, format_duration
 from taskq.transitions import Owner
-from taskq.wakeups import Wakeups
+from taskq.wiring import Parts
 
 log = logging.getLogger("taskq")
 
 NEVER = 1 << 62
 
 
-class Daemon:
-    """One scheduler and worker pool over one spool."""
+class Daemon(Parts):
+    """One scheduler and worker pool over one spool: the loop that orders its parts."""
 
     def __init__(
         self,
@@ -64,55 +54,13 @@ class Daemon:
         self.on_hup = on_hup
         self.clock = clock or Clock(settings.clock_margin, settings.max_uncertainty)
         self.owner = Owner(settings.host_id, os.getpid())
-        self._build_parts(spool, settings)
+        super().__init__(spool, settings, self.clock, self.owner, self._requeued, self._measured)
         self.prepared: list[Prepared] = []
         self.stopping = False
         self.stop_deadline = NEVER
         self.rescan_wanted = True
         self.bell_rang = False
         self.next = {"rescan": 0, "renew": 0, "poll": NEVER}
-
-    def _build_parts(self, spool: Spool, settings: Settings) -> None:
-        """Make the parts and wire them together (see the module docstring)."""
-        self.wake = Wakeups(spool.doorbell, settings.doorbell_poll, self.clock.mono)
-        self.commit = GroupCommit(self.clock.mono, lambda: self.wake.continued)
-        self.health = Health(spool.run, self.owner.host, self.owner.pid, _public(settings))
-        self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
-        backoff = Backoff(settings.retry_delay, settings.retry_cap)
-        self.metrics = Metrics(settings.host_id, spool.root, settings.workers)
-        self.exporter = Exporter(
-            self.metrics,
-            spool,
-            settings.host_id,
-            self.clock.now,
-            settings.metrics_file,
-            settings.metrics_listen,
-        )
-        spool_config = config.load(spool.root)
-        self.aftermath = Aftermath(spool, spool_config.notify, self.clock.now, settings.rescan)
-        self.settler = Settler(
-            spool,
-            self.commit,
-            backoff,
-            self._requeued,
-            self.aftermath.ended,
-            on_attempt_end=self.metrics.ended,
-        )
-        crew = Crew(spool, self.owner, self.clock, settings.lease, self.commit, self.settler)
-        self.dispatcher = Dispatcher(crew, spool_config.security)
-        self.recovery = Recovery(crew, self.attempts)
-        self.housekeeper = Housekeeper(
-            spool, self.clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done
-        )
-        self.guard = ClockGuard(
-            self.clock,
-            self.health.probe,
-            settings.clock_check,
-            settings.max_uncertainty,
-            self._measured,
-        )
-        self.starter = Starter(crew, self.attempts, self.guard.check, self.metrics.started)
-        self.schedules = Materialiser(spool)
 
     def _requeued(self, name: TaskName) -> None:
         self.dispatcher.index.push(name)
@@ -323,13 +271,3 @@ class Daemon:
             prepare_at = self.clock.earliest_start(nxt) - self.commit.lead()
             out.append(mono + prepare_at - self.clock.now())
         return out
-
-
-def _public(cfg: Settings) -> dict[str, object]:
-    """The settings a health record shows, in seconds."""
-    return {
-        "max_uncertainty": cfg.max_uncertainty / SECOND,
-        "workers": cfg.workers,
-        "lease": cfg.lease / SECOND,
-        "clock_check": cfg.clock_check / SECOND,
-    }
