@@ -70,7 +70,7 @@ def test_journal_tolerates_a_torn_line_and_reads_budgets(tmp_path: Path) -> None
 
 
 def test_runner_records_status_and_output_past_the_daemon(tmp_path: Path) -> None:
-    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "T").mkdir(parents=True)  # ownership.bind makes it
     log_dir = str(tmp_path / "logs" / "T")
     body = TaskBody(new_id(NOW), ["sh", "-c", "echo out; echo err >&2; exit 3"], NOW, NOW)
     name = TaskName(NOW, body.id, 1)
@@ -97,7 +97,7 @@ def test_runner_watches_a_live_process_by_pidfd(tmp_path: Path) -> None:
 
 def test_runner_refuses_an_attempt_another_supervisor_holds(tmp_path: Path) -> None:
     """A daemon paused past its lease must not start (or truncate) the new owner's attempt."""
-    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "T").mkdir(parents=True)  # ownership.bind makes it
     log_dir = str(tmp_path / "logs" / "T")
     gate = tmp_path / "gate"
     body = TaskBody(new_id(NOW), ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.01; done"], 0, 0)
@@ -115,7 +115,7 @@ def test_runner_refuses_an_attempt_another_supervisor_holds(tmp_path: Path) -> N
 
 def test_runner_never_reuses_an_attempt_that_ran(tmp_path: Path) -> None:
     """A second start of an attempt (a forged id, a stale claim) never appends to its output."""
-    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "T").mkdir(parents=True)  # ownership.bind makes it
     log_dir = str(tmp_path / "logs" / "T")
     body = TaskBody(new_id(NOW), ["echo", "first"], 0, 0)
     name = TaskName(NOW, body.id, 1)

@@ -22,17 +22,19 @@ _OUTPUT = re.compile(r"([0-9]+)\.out")
 
 def bind(log_dir: str, uid: int) -> int:
     """Bind an id (its log directory) to uid unless bound already; return its owner's uid."""
-    fsutil.ensure_dir(log_dir)
     path = os.path.join(log_dir, OWNER)
-    try:
-        data, _ = fsutil.read_small(path, 64)
-        return int(data)
-    except FileNotFoundError:
-        pass
-    except (CorruptFile, ValueError):  # torn by a crash (it is written unsynced): bind anew
-        os.unlink(path)
-    first = _first_output_owner(log_dir)
-    owner = uid if first is None else first
+    if fsutil.ensure_dir(log_dir):
+        owner = uid  # made just now: nothing ran under this id (the common first start)
+    else:
+        try:
+            data, _ = fsutil.read_small(path, 64)
+            return int(data)
+        except FileNotFoundError:
+            pass
+        except (CorruptFile, ValueError):  # torn by a crash (it is written unsynced): bind anew
+            os.unlink(path)
+        first = _first_output_owner(log_dir)
+        owner = uid if first is None else first
     try:
         fsutil.write_new(path, f"{owner}\n".encode(), mode=0o644, sync=False)
     except FileExistsError:  # another daemon bound it first

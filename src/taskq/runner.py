@@ -22,7 +22,6 @@ import stat
 import subprocess
 from dataclasses import dataclass
 
-from taskq import fsutil
 from taskq.security import RunAs
 from taskq.task import TaskBody, TaskName
 from taskq.timespec import format_iso
@@ -106,9 +105,9 @@ def spawn(
     """Start the attempt; the status file is locked before the child exists.
 
     No Python runs between fork and exec: posix_spawn for our own tasks,
-    subprocess (whose child side is C) to run another user's.
+    subprocess (whose child side is C) to run another user's. The log
+    directory exists (ownership.bind made it).
     """
-    fsutil.ensure_dir(log_dir)
     status_fd = _lock_status(status_path(log_dir, name.attempt))
     try:
         out_fd = _fresh(out_path(log_dir, name.attempt), os.O_WRONLY | os.O_APPEND)
