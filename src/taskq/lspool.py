@@ -55,11 +55,18 @@ class Lines:
         return None if self.as_json else ls_header(self.with_command, _stamp(self.local))
 
     def line(self, row: Row) -> str:
-        if self.as_json:
-            return json.dumps(listing.as_object(row, self.with_command), ensure_ascii=False)
-        from taskq.render import ls_line
+        return _formatter(self)(row)
 
-        return ls_line(row, self.with_command, _stamp(self.local))
+
+@functools.cache
+def _formatter(lines: Lines) -> Callable[[Row], str]:
+    """The function that renders a row as these options say (found once, not per row)."""
+    if lines.as_json:
+        with_command = lines.with_command
+        return lambda row: json.dumps(listing.as_object(row, with_command), ensure_ascii=False)
+    from taskq.render import ls_line
+
+    return functools.partial(ls_line, with_command=lines.with_command, stamp=_stamp(lines.local))
 
 
 @functools.cache
@@ -186,7 +193,8 @@ def _render_in_worker(root: str, chunk: tuple[Job, ...], flt: Filter, lines: Lin
 
 
 def _render(spool: Spool, job: Job, flt: Filter, lines: Lines) -> list[str]:
-    return [lines.line(row) for row in listing.job_rows(spool, job, flt)]
+    line = _formatter(lines)
+    return [line(row) for row in listing.job_rows(spool, job, flt)]
 
 
 def _warn(message: str) -> None:
