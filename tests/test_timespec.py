@@ -246,3 +246,18 @@ def test_a_clock_time_is_the_next_such_wall_time(now: int, hour: int, minute: in
     wall = datetime.fromtimestamp(got / SECOND, BERLIN)
     assert (wall.hour, wall.minute, wall.second) == (hour, minute, 0)
     assert now - MINUTE < got <= now + DAY + HOUR  # not before this minute; within a day
+
+
+def test_format_compact_is_datetimes_form_and_parses_back() -> None:
+    """format_compact (gmtime, on the daemon's hot path) writes what strftime would."""
+    import random
+
+    from taskq.timespec import format_compact, parse_compact
+
+    rng = random.Random(7)
+    for us in [0, 1, 999_999, 1_000_000, 253_402_300_799_999_999] + [
+        rng.randint(0, 253_402_300_799_999_999) for _ in range(20_000)
+    ]:
+        expected = datetime.fromtimestamp(us // 1_000_000, UTC).strftime("%Y%m%dT%H%M%S")
+        assert format_compact(us) == f"{expected}.{us % 1_000_000:06d}Z"
+        assert parse_compact(format_compact(us)) == us

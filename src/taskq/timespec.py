@@ -6,7 +6,9 @@ totally ordered and free of float rounding. Durations are microseconds too.
 
 from __future__ import annotations
 
+import functools
 import re
+import time as _time
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
 from taskq.errors import BadInput
@@ -209,9 +211,17 @@ def format_iso(us: int) -> str:
     return us_to_datetime(us).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@functools.lru_cache(maxsize=1024)  # a burst names one run_at thousands of times
 def format_compact(us: int) -> str:
     """Format an instant for file names: 20261201T090000.000000Z (sorts as it orders)."""
-    return us_to_datetime(us).strftime("%Y%m%dT%H%M%S.%fZ")
+    sec, frac = divmod(us, SECOND)
+    t = _time.gmtime(sec)  # several times faster than datetime.strftime, on the hot path
+    if not 1 <= t.tm_year <= 9999:
+        raise ValueError(f"year {t.tm_year} is out of range")
+    return (
+        f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}"
+        f"T{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}.{frac:06d}Z"
+    )
 
 
 _COMPACT = Lazy(r"(\d{8})T(\d{6})\.(\d{6})Z")
