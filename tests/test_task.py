@@ -16,6 +16,7 @@ from taskq.task import (
     bucket_of,
     bucket_start,
     check_id,
+    layout,
     new_id,
     valid_id,
 )
@@ -122,6 +123,29 @@ body_strategy = st.builds(
 @given(body_strategy)
 def test_body_round_trip(body: TaskBody) -> None:
     assert TaskBody.from_json(body.to_json()) == body
+
+
+@given(
+    st.dictionaries(
+        st.text(),
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.text()
+        | st.lists(st.text())
+        | st.dictionaries(st.text(), st.text()),
+    )
+)
+def test_layout_is_indent_ones_to_the_byte(doc: dict[str, object]) -> None:
+    """The C-encoded layout is byte for byte what json.dumps(indent=1) wrote before it."""
+    assert layout(doc) == (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode()
+
+
+@given(body_strategy)
+def test_a_bodys_file_is_its_indent_one_json(body: TaskBody) -> None:
+    data = body.to_json()
+    assert data == (json.dumps(json.loads(data), indent=1, ensure_ascii=False) + "\n").encode()
+    assert body.to_json() is data  # encoded once
 
 
 @given(st.binary(max_size=200))

@@ -249,10 +249,10 @@ def test_a_clock_time_is_the_next_such_wall_time(now: int, hour: int, minute: in
 
 
 def test_format_compact_is_datetimes_form_and_parses_back() -> None:
-    """format_compact (gmtime, on the daemon's hot path) writes what strftime would."""
+    """format_compact and format_iso (gmtime, on hot paths) write what strftime would."""
     import random
 
-    from taskq.timespec import format_compact, parse_compact
+    from taskq.timespec import format_compact, format_iso, parse_compact
 
     rng = random.Random(7)
     for us in [0, 1, 999_999, 1_000_000, 253_402_300_799_999_999] + [
@@ -261,3 +261,5 @@ def test_format_compact_is_datetimes_form_and_parses_back() -> None:
         expected = datetime.fromtimestamp(us // 1_000_000, UTC).strftime("%Y%m%dT%H%M%S")
         assert format_compact(us) == f"{expected}.{us % 1_000_000:06d}Z"
         assert parse_compact(format_compact(us)) == us
+        iso = datetime.fromtimestamp(us // 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        assert format_iso(us) == f"{iso}.{us % 1_000_000:06d}Z"

@@ -125,3 +125,36 @@ def test_runner_never_reuses_an_attempt_that_ran(tmp_path: Path) -> None:
         runner.spawn(again, name, log_dir, {"PATH": "/usr/bin:/bin"})
     assert Path(runner.out_path(log_dir, 1)).read_text() == "first\n"
     assert runner.read_supervisor(log_dir, 1) == (True, 0)
+
+
+def test_last_of_answers_the_same_object_once_and_an_equal_one_anew() -> None:
+    from taskq.memo import LastOf
+
+    calls: list[dict[str, str]] = []
+
+    def size(env: dict[str, str]) -> int:
+        calls.append(env)
+        return len(env)
+
+    memo = LastOf(size)
+    env = {"A": "1"}
+    assert memo(env) == memo(env) == 1
+    assert len(calls) == 1
+    other = {"A": "1"}
+    assert memo(other) == 1 and calls[-1] is other  # equal is not enough: identity decides
+    assert memo(env) == 1 and len(calls) == 3
+
+
+def test_a_batch_checks_each_lines_own_environment() -> None:
+    """Bodies sharing the request's env are checked once; a line's own env is checked itself."""
+    from taskq import batch
+    from taskq.errors import BadInput
+    from taskq.request import Request
+
+    defaults = Request(run_at=0, cwd="/", env={"PATH": "/bin", "OK": "x"})
+    data = b'{"command": ["true"]}\n{"command": ["true"]}\n'
+    first, second = batch.parse(data, defaults, 0)
+    assert first.env is second.env is defaults.env
+    bad = data + b'{"command": ["true"], "env": {"BAD": "a\\u0000b"}}\n'
+    with pytest.raises(BadInput, match="batch line 3: variable BAD contains a NUL byte"):
+        batch.parse(bad, defaults, 0)

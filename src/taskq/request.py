@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from taskq.errors import BadInput
 from taskq.lazyre import Lazy
+from taskq.memo import LastOf
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PATH,
@@ -65,10 +66,11 @@ class Request:
 
     def body(self, argv: Sequence[str], now: int) -> TaskBody:
         """The task body asking to run argv so, submitted now, with a fresh id."""
-        # Shallow: asdict's deep copy of a recorded environment cost a batch
-        # five times its parsing.
+        # Shallow (asdict's deep copy of a recorded environment cost a batch
+        # five times its parsing), and the env is shared, not copied: a body
+        # is never modified, and a batch's bodies that share one env have it
+        # checked and encoded once (memo.LastOf).
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        fields["env"] = dict(self.env)
         body = TaskBody(id=new_id(now), argv=list(argv), submitted_at=now, **fields)
         accepted(body)
         return body
@@ -79,12 +81,9 @@ def accepted(body: TaskBody) -> bytes:
     _text("the working directory", body.cwd)
     if body.key is not None:
         _text("the key", body.key)
+    exec_bytes = _env_bytes(body.env)
     for i, arg in enumerate(body.argv, 1):
-        _text(f"argument {i} of the command", arg)
-    for name, value in body.env.items():
-        _text(f"variable {name}", f"{name}={value}")
-    exec_bytes = sum(len(a.encode()) + 1 for a in body.argv)
-    exec_bytes += sum(len(k.encode()) + len(v.encode()) + 2 for k, v in body.env.items())
+        exec_bytes += _text(f"argument {i} of the command", arg) + 1
     if exec_bytes > MAX_EXEC:
         raise BadInput(
             f"the command and its variables take {exec_bytes} bytes; exec() is given "
@@ -99,16 +98,28 @@ def accepted(body: TaskBody) -> bytes:
     return data
 
 
-def _text(what: str, value: str) -> None:
-    """A string that is UTF-8 text and one exec() string long at most."""
+def _check_env(env: Mapping[str, str]) -> int:
+    """What the variables take of exec()'s room, each checked as text."""
+    return sum(_text(name, f"{name}={value}", "variable ") + 1 for name, value in env.items())
+
+
+_env_bytes = LastOf(_check_env)  # a batch's bodies share their request's env: checked once
+
+
+def _text(what: str, value: str, prefix: str = "") -> int:
+    """The size in bytes of a string that must be UTF-8 text and one exec() string at most.
+
+    `prefix + what` names it in the error; only an error pays for joining them.
+    """
     try:
         size = len(value.encode())
     except UnicodeEncodeError:
-        raise BadInput(f"{what} is not valid UTF-8 text") from None
+        raise BadInput(f"{prefix}{what} is not valid UTF-8 text") from None
     if "\0" in value:
-        raise BadInput(f"{what} contains a NUL byte")
+        raise BadInput(f"{prefix}{what} contains a NUL byte")
     if size > MAX_EXEC_STRING:
-        raise BadInput(f"{what} is {size} bytes; exec() takes at most {MAX_EXEC_STRING}")
+        raise BadInput(f"{prefix}{what} is {size} bytes; exec() takes at most {MAX_EXEC_STRING}")
+    return size
 
 
 def run_at(

@@ -98,22 +98,29 @@ def publish(spool: Spool, tmp: str, name: TaskName) -> bool:
     return published
 
 
-def _place(spool: Spool, tmp: str, name: TaskName) -> bool:
+def _place(spool: Spool, tmp: str, name: TaskName, ensured: set[str] | None = None) -> bool:
     """Rename tmp into its bucket (no sync); False if someone else did it first.
 
     The id's hint (byid.py) is written first, so a published task has one
     unless a crash loses it; it is not synced (a lookup without it searches).
+    A batch passes the buckets it has made sure of already (`ensured`).
     """
     bucket = spool.bucket_dir(name.bucket)
-    byid.point(spool, name.id, os.path.join(bucket, str(name)))
+    published = os.path.join(bucket, str(name))
+    byid.point(spool, name.id, published)
     for _ in range(_PUBLISH_TRIES):
-        fsutil.ensure_dir(bucket)
+        if ensured is None or bucket not in ensured:
+            fsutil.ensure_dir(bucket)  # a link or a file there is refused (CorruptFile)
+            if ensured is not None:
+                ensured.add(bucket)
         try:
-            fsutil.rename_cas(tmp, os.path.join(bucket, str(name)))
+            fsutil.rename_cas(tmp, published)
             return True
         except FileNotFoundError:
             if not os.path.exists(tmp):
                 return False
+            if ensured is not None:
+                ensured.discard(bucket)  # a daemon removed it empty meanwhile: make it again
     raise OSError(f"bucket {bucket} keeps vanishing")
 
 
@@ -157,9 +164,10 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
         if keyed:
             fsutil.syncfs(spool.root)
             crash_point("submit.key-bound")
+        ensured: set[str] = set()
         for i in todo:
             if results[i] is None:
-                _place(spool, tmps[i], names[i])
+                _place(spool, tmps[i], names[i], ensured)
                 results[i] = (names[i], True)
                 crash_point("submit.renamed")
         fsutil.syncfs(spool.root)

@@ -208,16 +208,29 @@ def us_to_datetime(us: int) -> datetime:
 
 def format_iso(us: int) -> str:
     """Format an instant as ISO-8601 UTC with microseconds: 2026-12-01T09:00:00.000000Z."""
-    return us_to_datetime(us).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    t, frac = _utc_fields(us)
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
+        f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{frac:06d}Z"
+    )
+
+
+def _utc_fields(us: int) -> tuple[_time.struct_time, int]:
+    """The UTC calendar fields of an instant and its microseconds; years 1 to 9999 only.
+
+    gmtime is several times faster than datetime.strftime, on the hot paths.
+    """
+    sec, frac = divmod(us, SECOND)
+    t = _time.gmtime(sec)
+    if not 1 <= t.tm_year <= 9999:
+        raise ValueError(f"year {t.tm_year} is out of range")
+    return t, frac
 
 
 @functools.lru_cache(maxsize=1024)  # a burst names one run_at thousands of times
 def format_compact(us: int) -> str:
     """Format an instant for file names: 20261201T090000.000000Z (sorts as it orders)."""
-    sec, frac = divmod(us, SECOND)
-    t = _time.gmtime(sec)  # several times faster than datetime.strftime, on the hot path
-    if not 1 <= t.tm_year <= 9999:
-        raise ValueError(f"year {t.tm_year} is out of range")
+    t, frac = _utc_fields(us)
     return (
         f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}"
         f"T{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}.{frac:06d}Z"
