@@ -4,8 +4,10 @@ In a shared spool a member can write a task file under any id he has seen
 (ids show in pending/ and logs/). An id's log directory (its output, status
 and journal) belongs to the user who first ran a task under it: the daemon
 records that uid in logs/<id>/owner at the first start, and refuses a task
-file with that id owned by anyone else. A log directory from before this
-record takes its owner from its first attempt's output file.
+file with that id owned by anyone else. A log directory without that record
+(the daemon's own tasks, whose first output file it owns, or a directory
+from before the record) takes its owner from its first attempt's output
+file.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ def bind(log_dir: str, uid: int) -> int:
     """Bind an id (its log directory) to uid unless bound already; return its owner's uid."""
     path = os.path.join(log_dir, OWNER)
     if fsutil.ensure_dir(log_dir):
+        if uid == os.geteuid():
+            # The daemon's own task: its first attempt's output file, which the
+            # daemon creates next and owns, says whose the id is.
+            return uid
         owner = uid  # made just now: nothing ran under this id (the common first start)
     else:
         try:
