@@ -1,9 +1,10 @@
 """Profile the daemon's burst path with py-spy: where does one attempt's time go?
 
 Submits N `true` tasks due at one instant, runs `taskq daemon --workers 16`
-under py-spy (sampling the running daemon by pid) until all are done, and
-prints the share of samples per function (inclusive), the daemon's loop
-functions first. Needs py-spy (the bench extra).
+under py-spy (sampling the running daemon by pid, idle time included) until
+all are done, and prints where the loop's thread spent its wall time: the
+share of samples per function, inclusive and own. Needs py-spy (the bench
+extra).
 
     python bench/profile_burst.py [-n 3000] [--raw FILE]
 """
@@ -43,7 +44,7 @@ def main() -> None:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        spy_argv = [BIN / "py-spy", "record", "-r", "250", "--nonblocking", "-f", "raw"]
+        spy_argv = [BIN / "py-spy", "record", "-r", "250", "--nonblocking", "--idle", "-f", "raw"]
         spy = subprocess.Popen(
             [*spy_argv, "-o", raw, "--pid", str(daemon.pid)],
             stdout=subprocess.DEVNULL,
@@ -61,16 +62,29 @@ def main() -> None:
 
 
 def summarise(raw: Path) -> None:
-    total: collections.Counter[str] = collections.Counter()
+    """Shares of the loop thread's wall time (idle included: fsyncs, sleeps, waits).
+
+    Inclusive: samples with the function anywhere on the stack. Own: samples
+    whose deepest taskq frame is that line (its system calls included).
+    """
+    inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
     n = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
+        if "Daemon.run" not in stack:
+            continue  # another thread: the exporter, the housekeeper, watchdog's
         n += int(count)
-        for frame in set(stack.split(";")):
-            if "taskq/" in frame:
-                total[frame] += int(count)
-    print(f"{n} samples; share of samples that were in each taskq function (inclusive):")
-    for frame, count in total.most_common(30):
+        frames = [f for f in stack.split(";") if "taskq/" in f]
+        for frame in set(frames):
+            inclusive[frame] += int(count)
+        if frames:
+            own[frames[-1]] += int(count)
+    print(f"{n} samples of the loop's thread, idle included; share of them in each function:")
+    for frame, count in inclusive.most_common(30):
+        print(f"  {count / n * 100:5.1f}%  {frame}")
+    print("own share (the deepest taskq frame, with what it calls outside taskq):")
+    for frame, count in own.most_common(20):
         print(f"  {count / n * 100:5.1f}%  {frame}")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import time
 from dataclasses import dataclass
 
 
@@ -38,14 +39,16 @@ class RunAs:
         return self.uid != os.geteuid()
 
 
+ACCOUNT_TTL = 10.0  # seconds a user's passwd entry and groups are reused for
+
+
 def run_as(owner: int, policy: Policy) -> RunAs:
     """The identity for a task file owned by uid `owner`; ValueError says why not."""
     me = os.geteuid()
     if me != 0 and owner != me:
         raise ValueError(f"owned by uid {owner}, not by the daemon's user (uid {me})")
-    try:
-        pw = pwd.getpwuid(owner)
-    except KeyError:
+    account = _account(owner, me)
+    if account is None:
         if (
             owner == me
             and str(me) not in policy.deny
@@ -53,8 +56,33 @@ def run_as(owner: int, policy: Policy) -> RunAs:
         ):  # our own task, under a bare uid (a container): no switch needed
             home = os.environ.get("HOME", "/")
             return RunAs(me, os.getegid(), tuple(os.getgroups()), str(me), home)
-        raise ValueError(f"owned by uid {owner}, which has no passwd entry") from None
-    if pw.pw_name in policy.deny or (policy.allow is not None and pw.pw_name not in policy.allow):
-        raise ValueError(f"owned by {pw.pw_name}, who may not run tasks here (config.toml)")
-    groups = tuple(os.getgrouplist(pw.pw_name, pw.pw_gid)) if me == 0 else tuple(os.getgroups())
-    return RunAs(owner, pw.pw_gid, groups, pw.pw_name, pw.pw_dir)
+        raise ValueError(f"owned by uid {owner}, which has no passwd entry")
+    if account.name in policy.deny or (
+        policy.allow is not None and account.name not in policy.allow
+    ):
+        raise ValueError(f"owned by {account.name}, who may not run tasks here (config.toml)")
+    return account
+
+
+_accounts: dict[int, tuple[float, RunAs | None]] = {}
+
+
+def _account(uid: int, me: int) -> RunAs | None:
+    """A user's passwd entry and groups (None: no entry), looked up once per ACCOUNT_TTL.
+
+    A burst of one user's tasks would otherwise read the passwd and group
+    databases once per task; a change there counts within seconds.
+    """
+    now = time.monotonic()
+    known = _accounts.get(uid)
+    if known is not None and now - known[0] < ACCOUNT_TTL:
+        return known[1]
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        account = None
+    else:
+        groups = tuple(os.getgrouplist(pw.pw_name, pw.pw_gid)) if me == 0 else tuple(os.getgroups())
+        account = RunAs(uid, pw.pw_gid, groups, pw.pw_name, pw.pw_dir)
+    _accounts[uid] = (now, account)
+    return account

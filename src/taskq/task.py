@@ -18,7 +18,14 @@ from typing import Any
 from taskq.errors import BadInput, CorruptFile
 from taskq.lazyre import Lazy
 from taskq.memo import LastOf
-from taskq.timespec import SECOND, format_compact, format_iso, parse_compact, parse_when
+from taskq.timespec import (
+    SECOND,
+    format_compact,
+    format_iso,
+    parse_compact,
+    parse_iso_utc,
+    parse_when,
+)
 
 FORMAT_VERSION = 1
 DEFAULT_QUEUE = "default"
@@ -135,7 +142,11 @@ class TaskName:
     queue: str = DEFAULT_QUEUE
 
     def __str__(self) -> str:
-        return f"{format_compact(self.run_at)}_{self.id}_{self.attempt}_{self.queue}"
+        text: str | None = self.__dict__.get("_text")
+        if text is None:  # a name is formatted many times on the daemon's path: once here
+            text = f"{format_compact(self.run_at)}_{self.id}_{self.attempt}_{self.queue}"
+            object.__setattr__(self, "_text", text)
+        return text
 
     @classmethod
     def parse(cls, name: str) -> TaskName:
@@ -161,8 +172,12 @@ class ClaimName:
     host: str
 
     def __str__(self) -> str:
-        exp = format_compact(self.expiry)
-        return f"{self.task}_{self.phase}_{exp}_{self.pid}_{self.host}"
+        text: str | None = self.__dict__.get("_text")
+        if text is None:
+            exp = format_compact(self.expiry)
+            text = f"{self.task}_{self.phase}_{exp}_{self.pid}_{self.host}"
+            object.__setattr__(self, "_text", text)
+        return text
 
     @classmethod
     def parse(cls, name: str) -> ClaimName:
@@ -322,10 +337,8 @@ class TaskBody:
             max_attempts=_positive_int(doc, "max_attempts"),
             timeout=_opt_us(doc, "timeout"),
             expires=_opt_us(doc, "expires"),
-            # The spool is UTC: a hand-written time without an offset is read
-            # as UTC, never in the zone of whichever daemon reads it.
-            run_at=parse_when(_str(doc, "run_at"), 0, UTC),
-            submitted_at=parse_when(_str(doc, "submitted_at"), 0, UTC),
+            run_at=_instant(doc, "run_at"),
+            submitted_at=_instant(doc, "submitted_at"),
             stdin=None if stdin is None else _base64().b64decode(_str(doc, "stdin"), validate=True),
             umask=_umask(doc),
             env_recorded=doc.get("env_recorded") is True,
@@ -333,6 +346,17 @@ class TaskBody:
             after_any=_choice(doc, "after_mode", ("ok", "any"), "ok") == "any",
             mail=_opt_choice(doc, "mail", MAIL_MODES),
         )
+
+
+def _instant(doc: dict[str, Any], key: str) -> int:
+    """A time in a body: as taskq writes it, or as a person may (parse_when).
+
+    The spool is UTC: a hand-written time without an offset is read as UTC,
+    never in the zone of whichever daemon reads it.
+    """
+    text = _str(doc, key)
+    us = parse_iso_utc(text)
+    return parse_when(text, 0, UTC) if us is None else us
 
 
 def _umask(doc: dict[str, Any]) -> int | None:
