@@ -17,16 +17,19 @@ StartDaemon = Callable[..., Daemon]
 
 
 def hint_of(tq: Taskq, task_id: str) -> str:
-    """The file name an id's hint points at."""
-    return os.path.basename(os.readlink(tq.spool / "ids" / task_id[-2:] / task_id))
+    """The task file name an id's hint gives (its target, RUN_AT_ATTEMPT_QUEUE, and the id)."""
+    target = os.readlink(tq.spool / "ids" / task_id[-2:] / task_id)
+    run_at, _, rest = target.partition("_")
+    return f"{run_at}_{task_id}_{rest}"
 
 
 def test_submit_and_reschedule_point_the_hint_at_the_task(tq: Taskq) -> None:
     task_id = tq.submit("--in", "1h", "--", "true")
     link = tq.spool / "ids" / task_id[-2:] / task_id
-    assert link.resolve() == Path(tq.show(task_id)["path"])  # ls -l ids/*/ID shows where
+    assert hint_of(tq, task_id) == Path(tq.show(task_id)["path"]).name  # ls -l ids/*/ID says
+    assert len(os.readlink(link)) < 60  # short enough to live in the link's inode
     tq.run("reschedule", task_id, "--in", "2h")
-    assert link.resolve() == Path(tq.show(task_id)["path"])
+    assert hint_of(tq, task_id) == Path(tq.show(task_id)["path"]).name
     tq.run("cancel", task_id)
     assert tq.state(task_id) == "cancelled"  # the hint names pending/; the probe finds it
 
@@ -65,6 +68,21 @@ def test_lost_hints_are_searched_for_and_rebuilt_by_fsck(tq: Taskq) -> None:
     assert "which is gone: removed" in out and "not a task id's hint: removed" in out
     assert not stale.is_symlink() and tq.run("fsck").returncode == 0
     assert tq.run("show", "0" * 24 + "ZZ", check=False).returncode == 3
+
+
+def test_a_hint_in_the_first_form_still_finds_its_task(tq: Taskq) -> None:
+    """Hints were once paths to the task file; a lookup still reads them, and fsck keeps them."""
+    from taskq import byid
+    from taskq.spool import Spool
+
+    task_id = tq.submit("--in", "1h", "--", "true")
+    path = Path(tq.show(task_id)["path"])
+    link = tq.spool / "ids" / task_id[-2:] / task_id
+    link.unlink()
+    link.symlink_to(f"../../pending/{path.parent.name}/{path.name}")
+    assert byid.read_hint(Spool(str(tq.spool)), task_id) is not None
+    assert tq.show(task_id)["path"] == str(path) and tq.run("fsck").returncode == 0
+    assert os.readlink(link) == f"../../pending/{path.parent.name}/{path.name}"
 
 
 def test_a_crash_between_move_and_hint_costs_nothing(tq: Taskq) -> None:

@@ -1,10 +1,11 @@
 """Finding a task by id without listing the spool: ids/ hints, checked by probing.
 
 ids/XY/ID (XY: the id's last two characters, random bits that spread ids
-evenly over at most 1,024 directories) is a symbolic link to the file where
-the task was put last by a submit, an operator's reschedule or retry, or a
-lookup that had to search: ../../pending/BUCKET/NAME. It is only ever a
-hint. A lookup reads it, takes the task name from its last component and
+evenly over at most 1,024 directories) is a symbolic link whose target is
+the name of the file where the task was put last by a submit, an
+operator's reschedule or retry, or a lookup that had to search, with the id
+left out: RUN_AT_ATTEMPT_QUEUE. It is only ever a hint, and never
+followed. A lookup reads it, puts the id back into the name and
 probes the few places that name can be in now, in the order tasks move
 through them: its bucket in pending/, claimed/ (listed: it holds only the
 tasks in flight), failed/, cancelled/ and each day of done/. Moves that
@@ -15,7 +16,8 @@ places (its hint lost in a crash, a spool from before ids/ existed, or a
 task that moved back and forth while we looked) is found by listing the
 spool, the way every lookup once worked, and its hint is rewritten.
 
-So a hint costs a submit one symlink() and no fsync (a batch's last syncfs
+So a hint costs a submit one symlink() (kept in the link's inode: no data
+block) and no fsync (a batch's last syncfs
 makes it durable for free), costs the daemon nothing, and cannot make a
 lookup wrong: a stale or missing hint only makes it slower. `taskq fsck`
 rebuilds every hint from the spool alone.
@@ -30,7 +32,7 @@ from taskq import fsutil, journal
 from taskq.errors import NotFound, TaskqError
 from taskq.spool import Located, Spool
 from taskq.task import ClaimName, TaskName, check_id
-from taskq.timespec import parse_when
+from taskq.timespec import format_compact, parse_when
 
 ROUNDS = 3  # probe rounds before a lookup falls back to listing the spool
 _STATE_OF_PHASE = {"claimed": "claimed", "started": "running", "cancelling": "cancelling"}
@@ -47,25 +49,44 @@ def hint_path(spool: Spool, task_id: str) -> str:
 
 
 def point(spool: Spool, task_id: str, path: str) -> None:
-    """Make the id's hint point at a task file: best effort, never synced, never fails.
+    """Make the id's hint name the task file at path; best effort, never synced, never fails."""
+    name = name_of(path)
+    if name is not None and name.id == task_id:
+        point_name(spool, name)
 
-    A new hint is one symlink(); an existing one is replaced by a rename, so
-    a reader sees the old target or the new one, never none.
+
+def name_of(path: str) -> TaskName | None:
+    """The task name of a task file's path (in claimed/, its claim's task), if it has one."""
+    base = os.path.basename(path)
+    try:
+        return TaskName.parse(base)
+    except ValueError:
+        try:
+            return ClaimName.parse(base).task
+        except ValueError:
+            return None
+
+
+def point_name(spool: Spool, name: TaskName) -> None:
+    """Make the hint of name.id name the task: best effort, never synced, never fails.
+
+    Its target is the task's name without the id (the link's own name):
+    RUN_AT_ATTEMPT_QUEUE, short enough (under 60 bytes for queue names of
+    up to 26 characters) for the filesystem to keep it in the link's inode,
+    which halves what the link costs to create. A new hint is one
+    symlink(); an existing one is replaced by a rename, so a reader sees
+    the old target or the new one, never none.
     """
-    directory = shard(spool, task_id)
-    link = os.path.join(directory, task_id)
-    inside = spool.root.rstrip("/") + "/"
-    if path.startswith(inside):  # as every caller names it: relpath's work, without its cost
-        target = "../../" + path[len(inside) :]
-    else:
-        target = os.path.relpath(path, directory)
+    directory = shard(spool, name.id)
+    link = os.path.join(directory, name.id)
+    target = f"{format_compact(name.run_at)}_{name.attempt}_{name.queue}"
     with contextlib.suppress(OSError, TaskqError):
         for _ in range(2):
             try:
                 os.symlink(target, link)
                 return
             except FileExistsError:
-                _replace(directory, task_id, target)
+                _replace(directory, name.id, target)
                 return
             except FileNotFoundError:
                 fsutil.ensure_dir(spool.ids)
@@ -87,19 +108,26 @@ def forget(spool: Spool, task_id: str) -> None:
 
 
 def read_hint(spool: Spool, task_id: str) -> TaskName | None:
-    """The task name the hint points at, or None if there is no usable hint."""
+    """The task name the hint gives, or None if there is no usable hint.
+
+    A target is RUN_AT_ATTEMPT_QUEUE, or (as hints were first written) a
+    path whose last component is the task file's name.
+    """
     try:
         entry = os.path.basename(os.readlink(hint_path(spool, task_id)))
     except OSError:
         return None
-    try:
-        name = TaskName.parse(entry)
-    except ValueError:
+    run_at, sep, rest = entry.partition("_")
+    for text in (f"{run_at}_{task_id}_{rest}" if sep else "", entry):
         try:
-            name = ClaimName.parse(entry).task
+            name = TaskName.parse(text)
         except ValueError:
-            return None
-    return name if name.id == task_id else None
+            try:
+                name = ClaimName.parse(text).task
+            except ValueError:
+                continue
+        return name if name.id == task_id else None
+    return None
 
 
 def journal_names(spool: Spool, hint: TaskName) -> list[TaskName]:

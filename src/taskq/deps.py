@@ -228,7 +228,7 @@ def publish_waiting(spool: Spool, tmp: str, name: TaskName, after: list[str], no
         if state in END_STATES:
             mark_ended(spool, dep, state)
     fsutil.rename_cas(tmp, os.path.join(spool.waiting, str(name)))
-    byid.point(spool, name.id, os.path.join(spool.waiting, str(name)))  # a lookup's hint
+    byid.point_name(spool, name)  # a lookup's hint
     fsutil.fsync_dir(spool.waiting)
     if any(marker(spool, dep) is not None for dep in after):
         resolve(spool, name, now)

@@ -218,16 +218,13 @@ class Checker:
             if len(places) != 1:
                 continue
             path = os.path.join(self.spool.root, places[0])
-            link = byid.hint_path(self.spool, task_id)
-            try:
-                target = os.readlink(link)
-            except OSError:
+            hint = byid.read_hint(self.spool, task_id)
+            if hint is None and not os.path.lexists(byid.hint_path(self.spool, task_id)):
                 if self.fix(f"task {task_id} has no hint in ids/", "written"):
                     byid.point(self.spool, task_id, path)
                 continue
-            where = os.path.normpath(os.path.join(os.path.dirname(link), target))
-            if where != path and not self.dry:
-                byid.point(self.spool, task_id, path)
+            if not self.dry and (hint is None or byid.name_of(path) != hint):
+                byid.point(self.spool, task_id, path)  # rewritten (in the current form)
         for shard in fsutil.listdir(self.spool.ids):
             directory = os.path.join(self.spool.ids, shard)
             for entry in fsutil.listdir(directory):

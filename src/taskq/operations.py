@@ -120,7 +120,7 @@ def _recorded_move(
         crash_point("retry.moved")
     else:
         crash_point("reschedule.moved")
-    byid.point(spool, name.id, os.path.join(spool.bucket_dir(name.bucket), str(name)))
+    byid.point_name(spool, name)
     _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
     spool.ring()
     return name

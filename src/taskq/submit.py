@@ -98,16 +98,20 @@ def publish(spool: Spool, tmp: str, name: TaskName) -> bool:
     return published
 
 
-def _place(spool: Spool, tmp: str, name: TaskName, ensured: set[str] | None = None) -> bool:
+def _place(
+    spool: Spool, tmp: str, name: TaskName, ensured: set[str] | None = None, hint: bool = True
+) -> bool:
     """Rename tmp into its bucket (no sync); False if someone else did it first.
 
     The id's hint (byid.py) is written first, so a published task has one
     unless a crash loses it; it is not synced (a lookup without it searches).
-    A batch passes the buckets it has made sure of already (`ensured`).
+    A batch passes the buckets it has made sure of already (`ensured`), and
+    hint=False for a task whose hint it wrote with its body.
     """
     bucket = spool.bucket_dir(name.bucket)
     published = os.path.join(bucket, str(name))
-    byid.point(spool, name.id, published)
+    if hint:
+        byid.point_name(spool, name)
     for _ in range(_PUBLISH_TRIES):
         if ensured is None or bucket not in ensured:
             fsutil.ensure_dir(bucket)  # a link or a file there is refused (CorruptFile)
@@ -149,8 +153,7 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
     tmps = {i: os.path.join(spool.tmp, f"{bodies[i].id}.task") for i in todo}
     bound: dict[int, str] = {}
     try:
-        for i in todo:
-            fsutil.write_new(tmps[i], bodies[i].to_json(), sync=False)
+        _write_bodies(spool, [(tmps[i], bodies[i], names[i]) for i in todo])
         fsutil.syncfs(spool.root)
         crash_point("submit.written")
         keyed = [i for i in todo if bodies[i].key is not None]
@@ -167,7 +170,7 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
         ensured: set[str] = set()
         for i in todo:
             if results[i] is None:
-                _place(spool, tmps[i], names[i], ensured)
+                _place(spool, tmps[i], names[i], ensured, hint=bodies[i].key is not None)
                 results[i] = (names[i], True)
                 crash_point("submit.renamed")
         fsutil.syncfs(spool.root)
@@ -184,6 +187,41 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
         raise
     spool.ring()
     return [r for r in results if r is not None]
+
+
+HINT_THREAD = 64  # a batch this long writes its hints on a thread of their own
+
+
+def _write_bodies(spool: Spool, todo: list[tuple[str, TaskBody, TaskName]]) -> None:
+    """Write a batch's bodies in tmp/ (unsynced), and the hints of those without a key.
+
+    A hint is a file to create, as a body is, and creating files is most of
+    a batch's time. Hints go into ids/ and bodies into tmp/, so the
+    filesystem creates them side by side: a long batch writes its hints on
+    a second thread. A task with a key gets its hint when it is placed,
+    once the key is known to be its own. Each hint names the task as it
+    will be published; until then a lookup finds no task, as it should.
+    """
+    unkeyed = [name for _, body, name in todo if body.key is None]
+    if len(unkeyed) < HINT_THREAD:
+        _write_hints(spool, unkeyed)
+        hinter = None
+    else:
+        import threading
+
+        hinter = threading.Thread(target=_write_hints, args=(spool, unkeyed), name="taskq-hints")
+        hinter.start()
+    try:
+        for tmp, body, _ in todo:
+            fsutil.write_new(tmp, body.to_json(), sync=False)
+    finally:
+        if hinter is not None:
+            hinter.join()
+
+
+def _write_hints(spool: Spool, names: list[TaskName]) -> None:
+    for name in names:
+        byid.point_name(spool, name)  # never fails
 
 
 KEY_LIMIT = 512  # a key file holds one task name
