@@ -80,6 +80,17 @@ def test_ids_are_ordered_by_time_and_unique() -> None:
     assert valid_id(a) and check_id(a.lower()) == a
 
 
+@given(st.integers(min_value=2**80, max_value=2**128 - 1))
+def test_an_id_is_its_value_in_crockford_base32(value: int) -> None:
+    """new_id's base-32 text (by bytes.translate) is the value's 26 digits, high first."""
+    from taskq import task
+
+    crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    task._last_id = value - 1  # new_id(0) then takes value itself: its time part is 0
+    digits = "".join(crockford[(value >> shift) & 31] for shift in range(125, -1, -5))
+    assert new_id(0) == digits
+
+
 @pytest.mark.parametrize(
     "bad", ["", "../../etc/passwd", "0" * 25, "I" * 26, "0" * 27, "0" * 25 + "/"]
 )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import json
 import math
 from typing import Any
@@ -74,7 +73,7 @@ def _body(doc: dict[str, Any], defaults: Request, now: int) -> TaskBody:
     command = doc.get("command")
     if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
         raise BadInput("command must be a non-empty list of strings")
-    return dataclasses.replace(defaults, **_fields(doc, defaults, now)).body(command, now)
+    return defaults.body(command, now, _fields(doc, defaults, now))
 
 
 def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:

@@ -175,12 +175,12 @@ def submit(ctx: click.Context, /, **opts: Any) -> None:
         results = [submit_one(spool, bodies[0])]
     else:
         results = submit_batch(spool, bodies)
-    for name, created in results:
-        if opts["as_json"]:
-            doc = {"id": name.id, "created": created, "run_at": format_iso(name.run_at)}
-            click.echo(json.dumps(doc))
-        else:
-            click.echo(name.id)
+    if opts["as_json"]:
+        docs = ({"id": n.id, "created": c, "run_at": format_iso(n.run_at)} for n, c in results)
+        lines = [json.dumps(doc) for doc in docs]
+    else:
+        lines = [name.id for name, _ in results]
+    click.echo("\n".join(lines))  # one write for a batch's ids, not one per line
 
 
 def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:

@@ -19,6 +19,7 @@ import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from taskq.errors import BadInput
 from taskq.lazyre import Lazy
@@ -46,7 +47,7 @@ class Request:
     """Everything a submission asks for but its command; TaskBody's fields by name.
 
     A batch line starts from the command line's request and replaces what
-    it gives (dataclasses.replace).
+    it gives (Request.body's changes).
     """
 
     run_at: int
@@ -64,16 +65,27 @@ class Request:
     after_any: bool = False
     mail: str | None = None
 
-    def body(self, argv: Sequence[str], now: int) -> TaskBody:
-        """The task body asking to run argv so, submitted now, with a fresh id."""
+    def body(
+        self, argv: Sequence[str], now: int, changes: Mapping[str, Any] | None = None
+    ) -> TaskBody:
+        """The task body asking to run argv so, submitted now, with a fresh id.
+
+        `changes` replaces some of the request's fields for this body alone (a
+        batch line's), as dataclasses.replace would, without making a request.
+        """
         # Shallow (asdict's deep copy of a recorded environment cost a batch
         # five times its parsing), and the env is shared, not copied: a body
         # is never modified, and a batch's bodies that share one env have it
         # checked and encoded once (memo.LastOf).
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields = {name: getattr(self, name) for name in _FIELDS}
+        if changes:
+            fields.update(changes)
         body = TaskBody(id=new_id(now), argv=list(argv), submitted_at=now, **fields)
         accepted(body)
         return body
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Request))
 
 
 def accepted(body: TaskBody) -> bytes:

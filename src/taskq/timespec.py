@@ -207,6 +207,7 @@ def us_to_datetime(us: int) -> datetime:
     return _EPOCH_US + timedelta(microseconds=us)
 
 
+@functools.lru_cache(maxsize=1024)  # a batch's lines share their submission time
 def format_iso(us: int) -> str:
     """Format an instant as ISO-8601 UTC with microseconds: 2026-12-01T09:00:00.000000Z."""
     t, frac = _utc_fields(us)
