@@ -82,7 +82,7 @@ def test_ids_are_ordered_by_time_and_unique() -> None:
 
 @given(st.integers(min_value=2**80, max_value=2**128 - 1))
 def test_an_id_is_its_value_in_crockford_base32(value: int) -> None:
-    """new_id's base-32 text (by bytes.translate) is the value's 26 digits, high first."""
+    """new_id's text (two digits at a time) is the value's 26 base-32 digits, high first."""
     from taskq import task
 
     crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"

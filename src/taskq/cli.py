@@ -10,7 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import click
 
@@ -20,7 +20,15 @@ from taskq import __version__, errors, fsutil, request, submitter
 from taskq.clock import wall_us
 from taskq.defaults import default_host_id, default_spool
 from taskq.errors import BadInput, Conflict, NotFound, TaskqError, WaitTimeout
-from taskq.params import DURATION, ENV_VAR, LISTEN, POSITIVE_DURATION, QUEUE_LIMIT
+from taskq.params import (
+    DIRECTORY,
+    DURATION,
+    ENV_VAR,
+    FILE,
+    LISTEN,
+    POSITIVE_DURATION,
+    QUEUE_LIMIT,
+)
 from taskq.spool import STATES, Spool
 from taskq.task import (
     DEFAULT_MAX_ATTEMPTS,
@@ -44,7 +52,30 @@ def _spool(ctx: click.Context) -> Spool:
     return spool
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """taskq's commands; `schedule`'s are imported only when asked for (start-up time)."""
+
+    LAZY: ClassVar[dict[str, str]] = {"schedule": "taskq.cli_schedule"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY and cmd_name not in self.commands:
+            import importlib
+
+            self.add_command(getattr(importlib.import_module(self.LAZY[cmd_name]), cmd_name))
+        return super().get_command(ctx, cmd_name)
+
+
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """--version, as click.version_option prints it (which costs start-up time to build)."""
+    if value and not ctx.resilient_parsing:
+        click.echo(f"taskq, version {__version__}")
+        ctx.exit()
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--spool",
     envvar="TASKQ_SPOOL",
@@ -52,7 +83,15 @@ def _spool(ctx: click.Context) -> Spool:
     help="Spool directory [env: TASKQ_SPOOL; default: /var/spool/taskq for root, "
     "else ${XDG_STATE_HOME:-~/.local/state}/taskq].",
 )
-@click.version_option(__version__, "-V", "--version", prog_name="taskq")
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and exit.",
+)
 @click.pass_context
 def cli(ctx: click.Context, spool: str | None) -> None:
     """taskq: run commands at a given time, durably, to the millisecond."""
@@ -119,12 +158,15 @@ def cli(ctx: click.Context, spool: str | None) -> None:
     "and the daemon's umask.",
 )
 @click.option(
-    "--cwd", type=click.Path(file_okay=False), help="Working directory [default: the current one]."
+    "--cwd",
+    metavar="DIRECTORY",
+    type=DIRECTORY,
+    help="Working directory [default: the current one].",
 )
 @click.option(
     "--batch",
     metavar="FILE|-",
-    type=click.Path(dir_okay=False, allow_dash=True),
+    type=FILE,
     help="Submit one task per NDJSON line of FILE (- for standard input); "
     "the options above are the defaults for every line.",
 )
@@ -362,13 +404,13 @@ def _init(spool: Spool) -> None:
 @click.option(
     "--pidfile",
     metavar="FILE",
-    type=click.Path(dir_okay=False),
+    type=FILE,
     help="Write the pid to FILE and hold FILE.lock: a second daemon with it refuses to start.",
 )
 @click.option(
     "--log-file",
     metavar="FILE",
-    type=click.Path(dir_okay=False),
+    type=FILE,
     help="Append log lines to FILE (SIGHUP reopens it) instead of stderr.",
 )
 @click.option(
@@ -382,7 +424,7 @@ def _init(spool: Spool) -> None:
 @click.option(
     "--metrics-file",
     metavar="FILE",
-    type=click.Path(dir_okay=False),
+    type=FILE,
     help="Write Prometheus metrics to FILE every few seconds (a node_exporter textfile).",
 )
 @click.option(
@@ -865,11 +907,7 @@ def fence_check(
     fencing.check(_spool(ctx), check_id(task_id), token, host_id, wall_us())
 
 
-# -- schedule (its own module) -----------------------------------------------
-
-from taskq.cli_schedule import schedule  # noqa: E402 - registered on the group above
-
-cli.add_command(schedule)
+# -- schedule: its own module, taskq.cli_schedule, imported when asked for (_Group)
 
 
 # -- entry point -------------------------------------------------------------

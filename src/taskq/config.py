@@ -17,12 +17,14 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskq.errors import ConfigError, TaskqError
 from taskq.lazyre import Lazy
-from taskq.security import Policy
 from taskq.timespec import SECOND, parse_duration
+
+if TYPE_CHECKING:
+    from taskq.security import Policy
 
 CONFIG = "config.toml"
 _LIMITS = ("max_overdue", "min_free_bytes", "min_free_inodes")
@@ -78,6 +80,8 @@ class SpoolConfig:
             raise ConfigError(f"{self.path}: [security] takes only allow and deny")
         allow = _users(self.path, table, "allow")
         deny = _users(self.path, table, "deny")
+        from taskq.security import Policy  # the daemon's: submit's start-up need not import it
+
         return Policy(allow=allow, deny=deny or frozenset())
 
     @functools.cached_property

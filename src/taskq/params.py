@@ -7,6 +7,7 @@ themselves are request.py's, task.py's and timespec.py's.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -126,3 +127,31 @@ POSITIVE_DURATION = Duration(positive=True)
 ENV_VAR = EnvVar()
 QUEUE_LIMIT = QueueLimit()
 LISTEN = Listen()
+
+
+class _FileName(_Type):
+    """A file's name, checked only to be no directory when it exists (as click.Path checks).
+
+    click.Path asks gettext for its name when it is made, which costs every
+    `taskq` run the import of locale and a search for message catalogues.
+    """
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value != "-" and os.path.isdir(value):
+            self.fail(f"{_option(param)}: {value!r} is a directory", param, ctx)
+        return value
+
+
+class _DirectoryName(_Type):
+    """A directory's name, passed on as given: the command checks it (request.directory)."""
+
+    name = "directory"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return value
+
+
+FILE = _FileName()
+DIRECTORY = _DirectoryName()

@@ -8,7 +8,6 @@ anything it did not produce, so a foreign file can be quarantined.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -44,7 +43,7 @@ MAIL_MODES = ("failure", "always", "never")
 MAX_AFTER = 100  # dependencies one task may name
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # 10 bits -> two digits
 _ID = Lazy(r"[0-9A-HJKMNP-TV-Z]{26}")
 _TOKEN = Lazy(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _QUEUE = Lazy(r"[A-Za-z0-9][A-Za-z0-9.-]{0,63}")  # no '_': it separates name fields
@@ -63,6 +62,13 @@ CLAIM_NAME = _CLAIM_NAME  # groups: task name, phase, expiry, pid, host
 _last_id = 0
 
 
+def _base64() -> Any:
+    """The base64 module, imported for the rare task with a payload."""
+    import base64
+
+    return base64
+
+
 def new_id(now_us: int) -> str:
     """Make a ULID-style id: 48 bits of milliseconds, 80 random bits, base32.
 
@@ -73,10 +79,7 @@ def new_id(now_us: int) -> str:
     value = ((now_us // 1000) << 80) | int.from_bytes(os.urandom(10), "big")
     value = max(value, _last_id + 1)
     _last_id = value
-    # 26 base-32 digits are 130 bits: shifted left by 6, the value fills 17
-    # bytes, whose base-32 text begins with those 26 digits (RFC 4648's).
-    text = base64.b32encode((value << 6).to_bytes(17, "big"))[:26]
-    return text.translate(_TO_CROCKFORD).decode()
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(120, -1, -10)])
 
 
 def valid_id(text: str) -> bool:
@@ -295,7 +298,7 @@ class TaskBody:
             "expires": _secs(self.expires),
             "run_at": format_iso(self.run_at),
             "submitted_at": format_iso(self.submitted_at),
-            "stdin": None if self.stdin is None else base64.b64encode(self.stdin).decode(),
+            "stdin": None if self.stdin is None else _base64().b64encode(self.stdin).decode(),
             "umask": None if self.umask is None else f"{self.umask:04o}",
             "env_recorded": self.env_recorded,
         }
@@ -342,7 +345,7 @@ class TaskBody:
             expires=_opt_us(doc, "expires"),
             run_at=_instant(doc, "run_at"),
             submitted_at=_instant(doc, "submitted_at"),
-            stdin=None if stdin is None else base64.b64decode(_str(doc, "stdin"), validate=True),
+            stdin=None if stdin is None else _base64().b64decode(_str(doc, "stdin"), validate=True),
             umask=_umask(doc),
             env_recorded=doc.get("env_recorded") is True,
             after=_after(doc),
