@@ -16,8 +16,7 @@ import functools
 import os
 import re
 import stat
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taskq.errors import ConfigError, TaskqError
 from taskq.lazyre import Lazy
@@ -32,8 +31,9 @@ _SIZE = Lazy(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
 _SCALE = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-@dataclass(frozen=True)
-class Notify:
+# NamedTuples, not dataclasses: making a dataclass costs every `taskq` run
+# a millisecond or more of start-up.
+class Notify(NamedTuple):
     """The [notify] table: a hook run with one JSON event per ended task."""
 
     command: tuple[str, ...]
@@ -41,8 +41,7 @@ class Notify:
     timeout: int = 30 * SECOND
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     """The [limits] table; zero or absent means no limit."""
 
     max_overdue: int = 0

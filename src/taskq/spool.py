@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from taskq import fsutil
 from taskq.errors import CorruptFile, NotFound
@@ -60,8 +60,7 @@ def stray(entry: str) -> bool:
     return entry.startswith(".")
 
 
-@dataclass(frozen=True)
-class Located:
+class Located(NamedTuple):  # not a dataclass: making one costs every `taskq` run start-up time
     """A task found in the spool: its state, file path and parsed name."""
 
     state: str
