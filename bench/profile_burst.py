@@ -2,9 +2,10 @@
 
 Submits N `true` tasks due at one instant, runs `taskq daemon --workers 16`
 under py-spy (sampling the running daemon by pid, idle time included) until
-all are done, and prints where the loop's thread spent its wall time: the
-share of samples per function, inclusive and own. Needs py-spy (the bench
-extra).
+all are done, and prints the CPU time one attempt cost the daemon and the
+attempt's processes (from /proc/PID/stat), then where the loop's thread
+spent its wall time: the share of samples per function, inclusive and own.
+Needs py-spy (the bench extra).
 
     python bench/profile_burst.py [-n 3000] [--raw FILE]
 """
@@ -51,14 +52,29 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         done = Path(tmp) / "spool" / "done"
+        while time.time() < due:
+            time.sleep(0.01)
+        before = _cpu(daemon.pid)
         while sum(len(os.listdir(d)) for d in done.glob("*")) < args.n:
             time.sleep(0.2)
+        after = _cpu(daemon.pid)
         print(f"{args.n} tasks done {time.time() - due:.2f} s after their run_at")
+        per = [(b - a) / args.n * 1000 for a, b in zip(before, after, strict=True)]
+        print(
+            f"CPU per attempt: the daemon {per[0]:.2f} ms in user space, {per[1]:.2f} ms in "
+            f"the kernel; the attempts' processes {per[2] + per[3]:.2f} ms"
+        )
         spy.send_signal(2)
         spy.wait(60)
         daemon.terminate()
         daemon.wait(60)
         summarise(raw)
+
+
+def _cpu(pid: int) -> list[float]:
+    """utime, stime, and the reaped children's cutime and cstime of a process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return [int(x) / os.sysconf("SC_CLK_TCK") for x in fields[11:15]]
 
 
 def summarise(raw: Path) -> None:
