@@ -70,6 +70,26 @@ def test_lost_hints_are_searched_for_and_rebuilt_by_fsck(tq: Taskq) -> None:
     assert tq.run("show", "0" * 24 + "ZZ", check=False).returncode == 3
 
 
+def test_a_long_batch_writes_every_hint_and_a_keyed_line_only_its_own(tq: Taskq) -> None:
+    """A batch of 64 or more writes hints on a second thread; a key hit leaves none behind."""
+    first = tq.submit("--key", "k1", "--in", "1h", "--", "true")
+    lines = [{"command": ["true"], "in": 3600 + i * 61} for i in range(100)]
+    lines += [{"command": ["true"], "key": "k1"}, {"command": ["true"], "key": "k2"}]
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    ids = tq.run("submit", "--batch", "-", input=data).stdout.decode().split()
+    assert len(ids) == 102 and ids[100] == first
+    from taskq import byid
+    from taskq.spool import Spool
+
+    spool = Spool(str(tq.spool))
+    for task_id in ids:  # each hint names its pending file (read in-process: 102 lookups)
+        hint = byid.read_hint(spool, task_id)
+        assert hint is not None
+        assert os.path.exists(os.path.join(spool.bucket_dir(hint.bucket), str(hint)))
+    hints = {p.name for p in (tq.spool / "ids").glob("*/*")}
+    assert hints == {first, *ids}  # no hint of an id that a key hit never published
+
+
 def test_a_hint_in_the_first_form_still_finds_its_task(tq: Taskq) -> None:
     """Hints were once paths to the task file; a lookup still reads them, and fsck keeps them."""
     from taskq import byid
