@@ -71,8 +71,9 @@ def point_name(spool: Spool, name: TaskName) -> None:
     """Make the hint of name.id name the task: best effort, never synced, never fails.
 
     Its target is the task's name without the id (the link's own name):
-    RUN_AT_ATTEMPT_QUEUE, short enough (under 60 bytes for queue names of
-    up to 26 characters) for the filesystem to keep it in the link's inode,
+    RUN_AT_ATTEMPT_QUEUE, short enough (under 60 bytes for a queue name of
+    up to 33 characters and a one-digit attempt) for the filesystem to keep
+    it in the link's inode,
     which halves what the link costs to create. A new hint is one
     symlink(); an existing one is replaced by a rename, so a reader sees
     the old target or the new one, never none.
