@@ -52,7 +52,7 @@ def test_submit_syncs_before_it_prints_the_id(tq: Taskq, tmp_path: Path) -> None
     sync_body = first(lines, rf"fsync\(\d+<[^>]*/tmp/{task_id}\.task>\)")
     rename = first(
         lines,
-        rf'renameat2\(.*"[^"]*/tmp/{task_id}\.task".*"[^"]*/pending/\d{{12}}/[^"]*{task_id}',
+        rf'rename(at2?)?\(.*"[^"]*/tmp/{task_id}\.task".*"[^"]*/pending/\d{{12}}/[^"]*{task_id}',
         sync_body,
     )
     sync_bucket = first(lines, r"fsync\(\d+<[^>]*/pending/\d{12}>\)", rename)
@@ -68,7 +68,7 @@ def test_batch_syncs_before_it_prints_any_id(tq: Taskq, tmp_path: Path) -> None:
     out, _ = proc.communicate(b'{"command": ["true"]}\n{"command": ["true"], "in": "1h"}\n', 60)
     ids = out.decode().split()
     lines = trace.read_text().splitlines()
-    last_rename = max(first(lines, rf"renameat2\(.*{i}") for i in ids)
+    last_rename = max(first(lines, rf"rename(at2?)?\(.*{i}") for i in ids)
     final_sync = first(lines, r"syncfs\(", last_rename)
     ack = first(lines, rf'write\(1<[^>]*>, "{ids[0]}', final_sync)
     assert last_rename < final_sync < ack

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,9 @@ import pytest
 from conftest import TASKQ, Taskq
 
 from taskq.defaults import default_spool
-from taskq.task import TaskBody, TaskName, bucket_of, valid_id
+from taskq.spool import Spool
+from taskq.submit import submit
+from taskq.task import TaskBody, TaskName, bucket_of, new_id, valid_id
 from taskq.timespec import parse_when
 
 
@@ -298,3 +301,40 @@ def test_a_new_spool_in_a_world_writable_directory_stays_private(tmp_path: Path)
         if p.is_dir()
     }
     assert set(modes.values()) == {"0o700"}, modes
+
+
+def test_a_submission_loads_neither_locale_nor_ctypes(tq: Taskq) -> None:
+    """Start-up is most of a submission's cost: what it need not import, it does not."""
+    script = (
+        "import sys\n"
+        "from taskq.cli import main\n"
+        "sys.argv = ['taskq', 'submit', '--in', '1h', '--', 'true']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted({'locale', 'ctypes', 'taskq.cli_schedule'} & set(sys.modules)))\n"
+    )
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, timeout=60, check=True
+    )
+    task_id, loaded = proc.stdout.decode().splitlines()
+    assert valid_id(task_id) and len(pending_files(tq.spool)) == 1
+    assert loaded == "[]"
+
+
+def test_a_file_forged_under_a_new_tasks_name_gives_way_to_the_task(tmp_path: Path) -> None:
+    """A member who reads a new id (tmp/, ids/) and plants its name first loses the race."""
+    spool = Spool(str(tmp_path / "spool"))
+    spool.init()
+    now = parse_when("now", 0)
+    body = TaskBody(new_id(now), ["true"], now + 3_600_000_000, now)
+    name = TaskName(body.run_at, body.id, 1, body.queue)
+    bucket = Path(spool.bucket_dir(name.bucket))
+    bucket.mkdir(parents=True)
+    forged = TaskBody(body.id, ["sh", "-c", "echo forged"], body.run_at, now)
+    (bucket / str(name)).write_bytes(forged.to_json())
+    assert submit(spool, body) == (name, True)
+    assert (bucket / str(name)).read_bytes() == body.to_json()
+    assert os.listdir(spool.tmp) == []

@@ -28,6 +28,7 @@ from taskq.params import (
     LISTEN,
     POSITIVE_DURATION,
     QUEUE_LIMIT,
+    PlainGroup,
 )
 from taskq.spool import STATES, Spool
 from taskq.task import (
@@ -52,7 +53,7 @@ def _spool(ctx: click.Context) -> Spool:
     return spool
 
 
-class _Group(click.Group):
+class _Group(PlainGroup):
     """taskq's commands; `schedule`'s are imported only when asked for (start-up time)."""
 
     LAZY: ClassVar[dict[str, str]] = {"schedule": "taskq.cli_schedule"}

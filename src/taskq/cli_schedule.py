@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from taskq import request
-from taskq.params import DURATION, ENV_VAR, POSITIVE_DURATION
+from taskq.params import DURATION, ENV_VAR, POSITIVE_DURATION, PlainGroup
 from taskq.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_STDIN, check_queue
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def _echo(as_json: bool, doc: Any, text: str) -> None:
     click.echo(json.dumps(doc, indent=1) if as_json else text)
 
 
-@click.group()
+@click.group(cls=PlainGroup)
 def schedule() -> None:
     """Recurring tasks: cron expressions or intervals, each occurrence a task."""
 

@@ -155,3 +155,42 @@ class _DirectoryName(_Type):
 
 FILE = _FileName()
 DIRECTORY = _DirectoryName()
+
+
+def _show_help(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(ctx.get_help(), color=ctx.color)
+        ctx.exit()
+
+
+class PlainHelp(click.Command):
+    """A command whose -h/--help option says its text without gettext.
+
+    click builds the help option of every command it parses, and asks
+    gettext for "Show this message and exit."; gettext then imports locale
+    and looks for message catalogues, about 2 ms of every `taskq` run.
+    """
+
+    _plain_help: click.Option | None = None
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        names = self.get_help_option_names(ctx)
+        if not names or not self.add_help_option:
+            return None
+        if self._plain_help is None:  # one object: click orders callbacks by identity
+            self._plain_help = click.Option(
+                [*names, "taskq_help"],
+                is_flag=True,
+                expose_value=False,
+                is_eager=True,
+                callback=_show_help,
+                help="Show this message and exit.",
+            )
+        return self._plain_help
+
+
+class PlainGroup(PlainHelp, click.Group):
+    """A group of PlainHelp commands, itself one."""
+
+    command_class = PlainHelp
+    group_class = type  # its groups are of its own class

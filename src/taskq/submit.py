@@ -118,7 +118,7 @@ def _place(
             if ensured is not None:
                 ensured.add(bucket)
         try:
-            fsutil.rename_cas(tmp, published)
+            fsutil.rename_fresh(tmp, published)
             return True
         except FileNotFoundError:
             if not os.path.exists(tmp):
