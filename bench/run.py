@@ -14,7 +14,8 @@ machine in the same run, and the ratio. Sections:
            it, for taskq and for huey's consumer with default settings
   burst    10,000 tasks with one run_at, command `true`, 16 workers: time
            until all have started, against Python starting `true` with 16
-           in flight
+           in flight, and against the floor of the spool's own file work
+           per attempt with no scheduler around it (burst_floor.py)
   scale    N tasks pending in future buckets (default 100,000; --scale
            1000000 for the full case): daemon RSS, idle CPU, start-up to the
            first dispatch, and lateness against an empty spool; then the
@@ -39,6 +40,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import burst_floor
 
 HERE = Path(__file__).resolve().parent
 TASKQ = [sys.executable, "-m", "taskq"]
@@ -347,13 +350,20 @@ def bench_burst(tmp: Path, quick: bool) -> None:
     starts = _start_times(sp.root)
     all_started = max(starts) - run_at
     lateness = [s - run_at for s in starts]
-    raw = _python_parallel_true(n, 16)
+    raw = burst_floor.popen_rate(n, 16)
+    floor = burst_floor.floor_rate(tmp / "floor", n, supervised=True)
     ours = n / all_started
     row(
         f"all {n:,} started after",
         f"{all_started:.2f} s ({ours:,.0f}/s)",
         f"{n / raw:.2f} s ({raw:,.0f}/s) Python Popen, 16 in flight",
         f"{ours / raw:.2f}x",
+    )
+    row(
+        f"all {n:,} started after",
+        f"{all_started:.2f} s ({ours:,.0f}/s)",
+        f"{n / floor:.2f} s ({floor:,.0f}/s) the spool's file work alone (burst_floor.py)",
+        f"{ours / floor:.2f}x",
     )
     row("burst lateness p50 / p99", f"{ms(pct(lateness, 0.5))} / {ms(pct(lateness, 0.99))}")
     row("all done after", f"{done - run_at:.2f} s")
@@ -383,19 +393,6 @@ def _start_times(root: Path) -> list[float]:
             if record["event"] == "start":
                 starts.append(parse_when(record["time"], 0) / 1e6)
     return starts
-
-
-def _python_parallel_true(n: int, width: int) -> float:
-    """How fast Python starts `true` with `width` processes in flight."""
-    t0 = time.perf_counter()
-    running: list[subprocess.Popen[bytes]] = []
-    for _ in range(n):
-        if len(running) >= width:
-            running.pop(0).wait()
-        running.append(subprocess.Popen(["true"]))
-    for p in running:
-        p.wait()
-    return n / (time.perf_counter() - t0)
 
 
 # -- scale --------------------------------------------------------------------

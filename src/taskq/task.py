@@ -8,6 +8,7 @@ anything it did not produce, so a foreign file can be quarantined.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from taskq.errors import BadInput, CorruptFile
 from taskq.lazyre import Lazy
 from taskq.memo import LastOf
 from taskq.timespec import (
+    MINUTE,
     SECOND,
     format_compact,
     format_iso,
@@ -111,7 +113,12 @@ def check_queue(text: str) -> str:
 
 def bucket_of(run_at: int) -> str:
     """Name the pending bucket of an instant: its UTC minute, YYYYMMDDHHMM."""
-    compact = format_compact(run_at)
+    return _bucket_of_minute(run_at // MINUTE)
+
+
+@functools.lru_cache(maxsize=4096)  # a batch's thousand tasks of an hour fall in sixty buckets
+def _bucket_of_minute(minute: int) -> str:
+    compact = format_compact(minute * MINUTE)
     return compact[:8] + compact[9:13]
 
 
