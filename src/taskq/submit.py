@@ -109,7 +109,7 @@ def _place(
     hint=False for a task whose hint it wrote with its body.
     """
     bucket = spool.bucket_dir(name.bucket)
-    published = os.path.join(bucket, str(name))
+    published = f"{bucket}/{name}"
     if hint:
         byid.point_name(spool, name)
     for _ in range(_PUBLISH_TRIES):
@@ -150,7 +150,7 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
             if body.key is not None:
                 first_of_key[body.key] = i
             todo.append(i)
-    tmps = {i: os.path.join(spool.tmp, f"{bodies[i].id}.task") for i in todo}
+    tmps = {i: f"{spool.tmp}/{bodies[i].id}.task" for i in todo}
     bound: dict[int, str] = {}
     try:
         _write_bodies(spool, [(tmps[i], bodies[i], names[i]) for i in todo])

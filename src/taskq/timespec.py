@@ -231,12 +231,13 @@ def _utc_fields(us: int) -> tuple[_time.struct_time, int]:
 
 @functools.lru_cache(maxsize=1024)  # a burst names one run_at thousands of times
 def format_compact(us: int) -> str:
-    """Format an instant for file names: 20261201T090000.000000Z (sorts as it orders)."""
-    t, frac = _utc_fields(us)
-    return (
-        f"{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}"
-        f"T{t.tm_hour:02d}{t.tm_min:02d}{t.tm_sec:02d}.{frac:06d}Z"
-    )
+    """Format an instant for file names: 20261201T090000.000000Z (sorts as it orders).
+
+    Cut from format_iso's text: a task's body and its file name show the
+    same instant, and the calendar is worked out once for both.
+    """
+    iso = format_iso(us)
+    return f"{iso[:4]}{iso[5:7]}{iso[8:13]}{iso[14:16]}{iso[17:]}"
 
 
 _COMPACT = Lazy(r"(\d{8})T(\d{6})\.(\d{6})Z")
