@@ -110,7 +110,7 @@ def read(log_dir: str) -> list[dict[str, Any]]:
 
 
 def _path(log_dir: str) -> str:
-    return os.path.join(log_dir, JOURNAL)
+    return f"{log_dir}/{JOURNAL}"
 
 
 def budget_start(records: list[dict[str, Any]], attempt: int) -> int:

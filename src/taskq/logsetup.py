@@ -54,6 +54,12 @@ def setup(log_file: str | None = None, syslog: bool = False) -> logging.Handler:
             handler.setFormatter(JournalFormatter())
         else:
             handler.setFormatter(logging.Formatter("taskq[%(process)d]: %(message)s"))
+    # No line shows a record's source file and line, thread or process
+    # name, and a burst logs two records an attempt: not gathering them is
+    # the logging HOWTO's advice (its "Optimization" section).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logMultiprocessing = False
     logger = logging.getLogger("taskq")
     logger.handlers[:] = [handler]
     logger.setLevel(logging.INFO)

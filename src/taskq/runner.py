@@ -46,11 +46,11 @@ SH = "/bin/sh"
 
 
 def out_path(log_dir: str, attempt: int) -> str:
-    return os.path.join(log_dir, f"{attempt}.out")
+    return f"{log_dir}/{attempt}.out"
 
 
 def status_path(log_dir: str, attempt: int) -> str:
-    return os.path.join(log_dir, f"{attempt}.status")
+    return f"{log_dir}/{attempt}.status"
 
 
 @dataclass

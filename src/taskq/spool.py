@@ -9,6 +9,7 @@ transitions between states live in transitions.py; submission in submit.py.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -18,6 +19,9 @@ from taskq.errors import CorruptFile, NotFound
 from taskq.faults import crash_point
 from taskq.task import MAX_BODY, ClaimName, TaskBody, TaskName, check_id, valid_bucket
 from taskq.timespec import format_compact
+
+# An attempt names its log directory a few times; its id is checked once.
+_checked_id = functools.lru_cache(maxsize=4096)(check_id)
 
 SUBDIRS = (
     "tmp",
@@ -116,7 +120,7 @@ class Spool:
         return f"{self.pending}/{bucket}"  # os.path.join's generality costs a batch
 
     def log_dir(self, task_id: str) -> str:
-        return os.path.join(self.logs, check_id(task_id))
+        return f"{self.logs}/{_checked_id(task_id)}"
 
     def ring(self) -> None:
         """Wake daemons watching the doorbell; best effort, never fails a caller."""

@@ -81,7 +81,7 @@ def _move_from(
 
 
 def claim_path(spool: Spool, claim: ClaimName) -> str:
-    return os.path.join(spool.claimed, str(claim))
+    return f"{spool.claimed}/{claim}"  # named several times an attempt: no os.path.join
 
 
 def claim(
