@@ -40,6 +40,23 @@ def test_due_index_reads_up_to_now_and_the_next_bucket_only(tmp_path: Path) -> N
     assert [e[0] for e in order if e] == [*sorted(past), soon]
 
 
+def test_due_index_takes_a_bursts_tasks_in_id_order(tmp_path: Path) -> None:
+    """Tasks due at one instant go in submission (id) order, pushed ones too."""
+    spool = Spool(str(tmp_path / "spool"))
+    spool.init()
+    burst = [put(spool, NOW - 1) for _ in range(40)]
+    index = DueIndex(spool)
+    index.rescan(NOW)
+    retried = TaskName(NOW - 1, burst[5].id, 2, burst[5].queue)  # back, same instant
+    index.push(retried)
+    index.push(TaskName(NOW - 2, burst[7].id, 2, burst[7].queue))  # back, earlier
+    taken = []
+    while (e := index.pop_due(lambda t: True, lambda q: True)) is not None:
+        taken.append(e[0])
+    assert taken[0].run_at == NOW - 2
+    assert taken[1:] == sorted([*burst, retried])
+
+
 def test_due_index_round_robin_across_queues(tmp_path: Path) -> None:
     spool = Spool(str(tmp_path / "spool"))
     spool.init()
