@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 
 import pytest
 from hypothesis import given
@@ -215,3 +217,34 @@ def test_a_time_without_offset_in_a_body_is_utc(monkeypatch: pytest.MonkeyPatch)
     doc = json.loads(TaskBody(new_id(0), ["true"], 0, 0).to_json())
     doc["run_at"] = "2026-12-01T09:00:00"
     assert TaskBody.from_json(json.dumps(doc).encode()).run_at == 1_796_115_600 * SECOND
+
+
+names = st.builds(
+    TaskName,
+    st.integers(0, 2**50),
+    st.sampled_from([new_id(0), new_id(1), new_id(2)]),
+    st.integers(1, 3),
+    st.sampled_from(["default", "a", "b"]),
+)
+
+
+@given(names, names)
+def test_names_compare_hash_and_sort_as_their_fields(a: TaskName, b: TaskName) -> None:
+    x, y = (a.run_at, a.id, a.attempt, a.queue), (b.run_at, b.id, b.attempt, b.queue)
+    assert (a == b, a < b, a <= b, a > b, a >= b) == (x == y, x < y, x <= y, x > y, x >= y)
+    assert a != ClaimName(a, "claimed", 0, 1, "h") and (a != b or hash(a) == hash(b))
+    assert TaskName.parse(str(a)) == a and pickle.loads(pickle.dumps(a)) == a
+    assert eval(repr(a), {"TaskName": TaskName}) == a
+
+
+def test_names_are_immutable_and_copied_with_changes() -> None:
+    name = TaskName(5, new_id(0), 1)
+    claim = ClaimName(name, "claimed", 10, 3, "h")
+    with pytest.raises(AttributeError):
+        name.run_at = 6
+    with pytest.raises(AttributeError):
+        del claim.phase
+    started = claim.with_(phase="started")
+    assert (started.phase, started.task, claim.phase) == ("started", name, "claimed")
+    assert str(started) == str(claim).replace("_claimed_", "_started_")
+    assert ClaimName.parse(str(started)) == started and copy.deepcopy(started) == started

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from taskq.errors import BadInput, CorruptFile
 from taskq.lazyre import Lazy
@@ -138,20 +138,87 @@ def day_of(instant: int) -> str:
     return format_compact(instant)[:8]
 
 
-@dataclass(frozen=True, order=True)
-class TaskName:
+class _Name:
+    """An immutable file name's fields, compared and hashed as the tuple of them.
+
+    Written out rather than made by @dataclass: generating a dataclass's
+    methods costs every `taskq` run a millisecond or more per class. Its
+    text is formatted once and kept (`_text`).
+    """
+
+    __slots__ = ("_text",)
+    _text: str | None
+    _FIELDS: ClassVar[tuple[str, ...]]  # in the order of _key, __init__ and repr
+
+    def _key(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def _set(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_text", None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._key() == other._key()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={v!r}" for n, v in zip(self._FIELDS, self._key(), strict=True))
+        return f"{type(self).__name__}({fields})"
+
+    def __reduce__(self) -> tuple[type[Self], tuple[Any, ...]]:
+        return type(self), self._key()  # copy and pickle make it anew, not by setattr
+
+    def with_(self, **changes: Any) -> Self:
+        """Return a copy with some fields replaced."""
+        fields = dict(zip(self._FIELDS, self._key(), strict=True))
+        fields.update(changes)
+        return type(self)(**fields)
+
+
+class TaskName(_Name):
     """The name of a task file outside claimed/: run_at, id, attempt, queue.
 
     Sorting names sorts by run_at, then id (submission order): dispatch order.
     """
 
+    __slots__ = ("attempt", "id", "queue", "run_at")
+    _FIELDS = ("run_at", "id", "attempt", "queue")
     run_at: int
     id: str
     attempt: int
-    queue: str = DEFAULT_QUEUE
+    queue: str
+
+    def __init__(self, run_at: int, id: str, attempt: int, queue: str = DEFAULT_QUEUE) -> None:
+        self._set(run_at=run_at, id=id, attempt=attempt, queue=queue)
+
+    def _key(self) -> tuple[int, str, int, str]:
+        return (self.run_at, self.id, self.attempt, self.queue)
+
+    def __lt__(self, other: TaskName) -> bool:
+        return self._key() < other._key()
+
+    def __le__(self, other: TaskName) -> bool:
+        return self._key() <= other._key()
+
+    def __gt__(self, other: TaskName) -> bool:
+        return self._key() > other._key()
+
+    def __ge__(self, other: TaskName) -> bool:
+        return self._key() >= other._key()
 
     def __str__(self) -> str:
-        text: str | None = self.__dict__.get("_text")
+        text: str | None = self._text
         if text is None:  # a name is formatted many times on the daemon's path: once here
             text = f"{format_compact(self.run_at)}_{self.id}_{self.attempt}_{self.queue}"
             object.__setattr__(self, "_text", text)
@@ -170,18 +237,25 @@ class TaskName:
         return bucket_of(self.run_at)
 
 
-@dataclass(frozen=True)
-class ClaimName:
+class ClaimName(_Name):
     """The name of a file in claimed/: the task name, phase, lease and owner."""
 
+    __slots__ = ("expiry", "host", "phase", "pid", "task")
+    _FIELDS = ("task", "phase", "expiry", "pid", "host")
     task: TaskName
     phase: str  # "claimed" (not started), "started", or "cancelling" (started; stop it)
     expiry: int
     pid: int
     host: str
 
+    def __init__(self, task: TaskName, phase: str, expiry: int, pid: int, host: str) -> None:
+        self._set(task=task, phase=phase, expiry=expiry, pid=pid, host=host)
+
+    def _key(self) -> tuple[TaskName, str, int, int, str]:
+        return (self.task, self.phase, self.expiry, self.pid, self.host)
+
     def __str__(self) -> str:
-        text: str | None = self.__dict__.get("_text")
+        text: str | None = self._text
         if text is None:
             exp = format_compact(self.expiry)
             text = f"{self.task}_{self.phase}_{exp}_{self.pid}_{self.host}"
@@ -201,12 +275,6 @@ class ClaimName:
     def owner(self) -> str:
         """The owning daemon, as named in run/: HOST_PID."""
         return f"{self.host}_{self.pid}"
-
-    def with_(self, **changes: Any) -> ClaimName:
-        """Return a copy with some fields replaced."""
-        fields = {k: getattr(self, k) for k in ("task", "phase", "expiry", "pid", "host")}
-        fields.update(changes)
-        return ClaimName(**fields)
 
 
 # json.dumps(indent=1) falls back to json's pure-Python encoder, which was a

@@ -13,7 +13,6 @@ once (group commit) before anything that depends on them becomes visible.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os
@@ -149,7 +148,7 @@ def retry_later(
     spool: Spool, held: ClaimName, run_at: int, touched: Touched | None = None
 ) -> TaskName:
     """started -> pending at a later run_at, as the next attempt (the daemon's retry)."""
-    name = dataclasses.replace(held.task, run_at=run_at, attempt=held.task.attempt + 1)
+    name = held.task.with_(run_at=run_at, attempt=held.task.attempt + 1)
     return _to_pending(spool, claim_path(spool, held), name, touched)
 
 
@@ -157,13 +156,13 @@ def reschedule(
     spool: Spool, found: Located, run_at: int, touched: Touched | None = None
 ) -> TaskName:
     """pending -> pending at another run_at; loses to a claim with ENOENT."""
-    name = dataclasses.replace(found.name, run_at=run_at)
+    name = found.name.with_(run_at=run_at)
     return _to_pending(spool, found.path, name, touched)
 
 
 def requeue(spool: Spool, found: Located, run_at: int, touched: Touched | None = None) -> TaskName:
     """failed -> pending, as the next attempt (an operator's `taskq retry`)."""
-    name = dataclasses.replace(found.name, run_at=run_at, attempt=found.name.attempt + 1)
+    name = found.name.with_(run_at=run_at, attempt=found.name.attempt + 1)
     return _to_pending(spool, found.path, name, touched)
 
 
