@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from taskq.runner import SUPERVISOR
+from taskq.daemon.runner import SUPERVISOR
 
 WIDTH = 16
 BODY = json.dumps({"version": 1, "argv": ["true"], "cwd": "/", "env": {"PATH": "/usr/bin:/bin"}})

@@ -168,7 +168,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--lease", default="3s", help="--lease of both daemons in `takeover`")
     args = parser.parse_args()
-    from taskq.timespec import SECOND, parse_duration
+    from taskq.times.timespec import SECOND, parse_duration
 
     lease = parse_duration(args.lease) / SECOND
     rng = random.Random(1)

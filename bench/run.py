@@ -197,7 +197,7 @@ def _raw_durable(directory: Path, n: int) -> float:
 
 def _raw_group_commit(directory: Path, n: int) -> float:
     """The disk's group-commit rate: write n files, syncfs, rename the n, syncfs."""
-    from taskq.fsutil import syncfs
+    from taskq.spool.fsutil import syncfs
 
     (directory / "tmp").mkdir(parents=True)
     (directory / "new").mkdir()
@@ -228,9 +228,9 @@ def _one_submit_against_click(sp: Spooled, n: int) -> tuple[float, float]:
 
 
 def _library_submits(root: Path, n: int) -> float:
-    from taskq.spool import Spool
-    from taskq.submit import submit
-    from taskq.task import TaskBody, new_id
+    from taskq.client.submit import submit
+    from taskq.spool.layout import Spool
+    from taskq.spool.task import TaskBody, new_id
 
     spool = Spool(str(root))
     spool.init()
@@ -384,7 +384,7 @@ def _wait_done(root: Path, n: int, timeout: float) -> float:
 
 
 def _start_times(root: Path) -> list[float]:
-    from taskq.timespec import parse_when
+    from taskq.times.timespec import parse_when
 
     starts = []
     for journal in (root / "logs").glob("*/journal"):

@@ -206,7 +206,7 @@ def _public_copy(top: Path) -> list[str] | None:
         launcher = top / "taskq"
         launcher.write_text(
             f"#!{python}\nimport sys\nsys.path.insert(0, {str(lib)!r})\n"
-            "from taskq.cli import main\nmain()\n"
+            "from taskq.cli.main import main\nmain()\n"
         )
         for path in (top, *top.rglob("*")):
             path.chmod(0o755 if path.is_dir() or path == launcher else 0o644)

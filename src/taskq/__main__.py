@@ -1,5 +1,5 @@
 """Run the taskq command line as ``python -m taskq``."""
 
-from taskq.cli import main
+from taskq.cli.main import main
 
 main()

@@ -1,0 +1,196 @@
+"""Click parameter types for taskq's option values: durations, NAME=VALUE pairs, addresses.
+
+Each converts the text of one option and, when it is bad, fails with a
+one-line message that names the option (exit status 2); the rules
+themselves are request.py's, task.py's and timespec.py's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+from taskq.client import request
+from taskq.errors import BadInput
+from taskq.spool.task import check_queue
+from taskq.times.timespec import parse_duration
+
+
+class OptionError(click.BadParameter):
+    """A bad option value; its message names the option, and is the whole report."""
+
+    def format_message(self) -> str:
+        return self.message
+
+
+if TYPE_CHECKING:  # click 8.4 made ParamType generic; older ones cannot subscript it
+    _ParamType = click.ParamType[Any]
+else:
+    _ParamType = click.ParamType
+
+
+class _Type(_ParamType):
+    """A parameter type whose failures are OptionErrors."""
+
+    def fail(
+        self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None
+    ) -> NoReturn:
+        raise OptionError(message, ctx, param)
+
+
+def _option(param: click.Parameter | None) -> str:
+    """The name to show for a parameter: its longest, e.g. --timeout."""
+    return max(param.opts, key=len) if param is not None and param.opts else "value"
+
+
+class Duration(_Type):
+    """DURATION (90, 90s, 250ms, 5m, 2h, 1d, 1h30m) as microseconds."""
+
+    name = "duration"
+
+    def __init__(self, positive: bool = False) -> None:
+        self.positive = positive  # refuse zero
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value  # converted already
+        try:
+            us = parse_duration(str(value))
+        except BadInput as e:
+            self.fail(f"{_option(param)}: {e}", param, ctx)
+        try:
+            return request.positive(_option(param), us) if self.positive else us
+        except BadInput as e:
+            self.fail(str(e), param, ctx)
+
+
+class EnvVar(_Type):
+    """NAME=VALUE, a variable for the command, as a (name, value) pair."""
+
+    name = "NAME=VALUE"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, str]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = str(value).partition("=")
+        if not sep or not request.env_name(name):
+            self.fail(f"bad {_option(param)} {value!r}: expected NAME=VALUE", param, ctx)
+        return name, text
+
+
+class QueueLimit(_Type):
+    """NAME=N, at most N attempts of queue NAME at once, as a (name, N) pair."""
+
+    name = "NAME=N"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = str(value).partition("=")
+        if not sep or not (text.isascii() and text.isdigit()) or int(text) < 1:
+            self.fail(f"bad {_option(param)} {value!r}: expected NAME=N with N >= 1", param, ctx)
+        try:
+            return check_queue(name), int(text)
+        except BadInput as e:
+            self.fail(f"{_option(param)}: {e}", param, ctx)
+
+
+class Listen(_Type):
+    """ADDRESS:PORT to listen on, as (address, port); [ADDRESS]:PORT for IPv6."""
+
+    name = "ADDRESS:PORT"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        addr, sep, port = str(value).rpartition(":")
+        addr = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
+        if not sep or not addr or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+            self.fail(
+                f"bad {_option(param)} {value!r}: expected ADDRESS:PORT, e.g. 127.0.0.1:9464",
+                param,
+                ctx,
+            )
+        return addr, int(port)
+
+
+DURATION = Duration()
+POSITIVE_DURATION = Duration(positive=True)
+ENV_VAR = EnvVar()
+QUEUE_LIMIT = QueueLimit()
+LISTEN = Listen()
+
+
+class _FileName(_Type):
+    """A file's name, checked only to be no directory when it exists (as click.Path checks).
+
+    click.Path asks gettext for its name when it is made, which costs every
+    `taskq` run the import of locale and a search for message catalogues.
+    """
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value != "-" and os.path.isdir(value):
+            self.fail(f"{_option(param)}: {value!r} is a directory", param, ctx)
+        return value
+
+
+class _DirectoryName(_Type):
+    """A directory's name, passed on as given: the command checks it (request.directory)."""
+
+    name = "directory"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return value
+
+
+FILE = _FileName()
+DIRECTORY = _DirectoryName()
+
+
+def _show_help(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(ctx.get_help(), color=ctx.color)
+        ctx.exit()
+
+
+class PlainHelp(click.Command):
+    """A command whose -h/--help option says its text without gettext.
+
+    click builds the help option of every command it parses, and asks
+    gettext for "Show this message and exit."; gettext then imports locale
+    and looks for message catalogues, about 2 ms of every `taskq` run.
+    """
+
+    _plain_help: click.Option | None = None
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        names = self.get_help_option_names(ctx)
+        if not names or not self.add_help_option:
+            return None
+        if self._plain_help is None:  # one object: click orders callbacks by identity
+            self._plain_help = click.Option(
+                [*names, "taskq_help"],
+                is_flag=True,
+                expose_value=False,
+                is_eager=True,
+                callback=_show_help,
+                help="Show this message and exit.",
+            )
+        return self._plain_help
+
+
+class PlainGroup(PlainHelp, click.Group):
+    """A group of PlainHelp commands, itself one."""
+
+    command_class = PlainHelp
+    group_class = type  # its groups are of its own class

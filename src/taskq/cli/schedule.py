@@ -1,0 +1,319 @@
+"""`taskq schedule`: recurring tasks, as commands of their own click group.
+
+Parse the options, build the schedule (its task template through
+request.py, as submit does), write it and make its first occurrence; list,
+show, pause, resume and remove schedules. Errors are TaskqErrors, which
+cli.py turns into a message and an exit status. The heavy imports are made
+inside the commands: this module is imported by every `taskq` run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from taskq.cli.params import DURATION, ENV_VAR, POSITIVE_DURATION, PlainGroup
+from taskq.client import request
+from taskq.spool.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_STDIN, check_queue
+
+if TYPE_CHECKING:
+    from taskq.schedules.store import Schedule, Store
+
+JSON_HELP = "Print JSON instead of text."
+
+
+def _store(ctx: click.Context) -> Store:
+    from taskq.schedules.store import Store
+    from taskq.spool.layout import Spool
+
+    return Store(Spool(ctx.obj["spool"]))
+
+
+def _now() -> int:
+    from taskq.times.clock import wall_us
+
+    return wall_us()
+
+
+def _echo(as_json: bool, doc: Any, text: str) -> None:
+    click.echo(json.dumps(doc, indent=1) if as_json else text)
+
+
+@click.group(cls=PlainGroup)
+def schedule() -> None:
+    """Recurring tasks: cron expressions or intervals, each occurrence a task."""
+
+
+@schedule.command()
+@click.argument("name")
+@click.option("--cron", "cron", metavar="EXPR", help="5-field cron expression or @hourly etc.")
+@click.option("--every", type=POSITIVE_DURATION, metavar="DURATION", help="Exact interval.")
+@click.option("--tz", metavar="ZONE", help="IANA time zone of --cron [default: the local zone].")
+@click.option(
+    "--catchup",
+    default="latest",
+    show_default=True,
+    metavar="skip|latest|all[:N]",
+    help="Slots missed while every daemon was down: run none, the last, or up to N.",
+)
+@click.option(
+    "--overlap",
+    type=click.Choice(["skip", "queue", "allow"]),
+    default="skip",
+    show_default=True,
+    help="A slot due while the previous occurrence runs: skip it, queue one, or run both.",
+)
+@click.option(
+    "--jitter",
+    type=DURATION,
+    default="0s",
+    show_default=True,
+    metavar="DURATION",
+    help="Start each occurrence up to DURATION after its slot, at random.",
+)
+@click.option("--start", metavar="WHEN", help="No slot before WHEN.")
+@click.option("--end", metavar="WHEN", help="No slot after WHEN.")
+@click.option("--replace", is_flag=True, help="Replace a schedule of that name.")
+@click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Queue of each occurrence.")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, request.MAX_ATTEMPTS),
+    default=DEFAULT_MAX_ATTEMPTS,
+    show_default=True,
+    help="Attempts of each occurrence.",
+)
+@click.option("--timeout", type=POSITIVE_DURATION, metavar="DURATION", help="Kill a longer run.")
+@click.option(
+    "--expires",
+    type=POSITIVE_DURATION,
+    metavar="DURATION",
+    help="Fail an occurrence instead of starting it later than its run time + DURATION.",
+)
+@click.option("--stdin", "use_stdin", is_flag=True, help="Store standard input for each run.")
+@click.option("--env", type=ENV_VAR, multiple=True, metavar="K=V", help="Set a variable.")
+@click.option("--cwd", type=click.Path(file_okay=False), help="Working directory.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.argument("command", nargs=-1, required=True)
+@click.pass_context
+def add(ctx: click.Context, /, **opts: Any) -> None:
+    """Add schedule NAME running COMMAND; make its first occurrence."""
+    from taskq.schedules import materialise
+    from taskq.schedules.store import check_name
+
+    now = _now()
+    name = check_name(opts["name"])
+    sched = _build(opts, now)
+    store = _store(ctx)
+    _init(store)
+    if opts["replace"]:
+        materialise.retire(store, name, now)
+    replaced = store.create(sched, opts["replace"])
+    store.log(name, "replaced" if replaced else "added", now)
+    nxt = _first_pass(store, sched, now)
+    doc = {"name": name, "replaced": replaced, **nxt}
+    _echo(opts["as_json"], doc, f"{name}: next run {nxt['next'] or 'never'}")
+
+
+def _build(opts: dict[str, Any], now: int) -> Schedule:
+    from taskq.errors import BadInput
+    from taskq.schedules.slots import Spec, check_cron, check_zone, every_anchor, local_zone
+    from taskq.schedules.store import Schedule, check_catchup
+    from taskq.times.timespec import parse_when
+
+    if (opts["cron"] is None) == (opts["every"] is None):
+        raise BadInput("give --cron EXPR or --every DURATION")
+    start = None if opts["start"] is None else parse_when(opts["start"], now)
+    end = None if opts["end"] is None else parse_when(opts["end"], now)
+    if start is not None and end is not None and end < start:
+        raise BadInput("--end is before --start")
+    spec = Spec(
+        cron=None if opts["cron"] is None else check_cron(opts["cron"]),
+        every=opts["every"],
+        tz=check_zone(opts["tz"]) if opts["tz"] else local_zone(),
+        anchor=every_anchor(now, start),
+        start=start,
+        end=end,
+    )
+    template = request.Request(
+        run_at=now,
+        cwd=request.directory("--cwd", os.path.abspath(opts["cwd"] or os.getcwd())),
+        env=request.environment(opts["env"]),
+        queue=check_queue(opts["queue"]),
+        max_attempts=opts["max_attempts"],
+        timeout=opts["timeout"],
+        expires=opts["expires"],
+        stdin=_stdin() if opts["use_stdin"] else None,
+    ).body(opts["command"], now)
+    return Schedule(
+        name=opts["name"],
+        spec=spec,
+        catchup=check_catchup(opts["catchup"]),
+        overlap=opts["overlap"],
+        jitter=opts["jitter"],
+        task=template,
+        created=now,
+        since=now,
+    )
+
+
+def _stdin() -> bytes:
+    return request.payload("standard input", sys.stdin.buffer.read(MAX_STDIN + 1))
+
+
+def _init(store: Store) -> None:
+    from taskq.spool import fsutil
+
+    try:
+        store.spool.init()
+    except OSError as e:
+        raise fsutil.as_taskq_error(e, f"cannot create spool {store.spool.root}") from None
+
+
+def _first_pass(store: Store, sched: Schedule, now: int) -> dict[str, Any]:
+    """Make the next occurrence now, so that `taskq ls` shows it before any daemon runs."""
+    from taskq.schedules import materialise
+    from taskq.spool.task import TaskName
+
+    p = materialise.Pass(store, now, materialise.running_ids(store.spool))
+    materialise.advance(p, sched)
+    state = store.state(sched.name, sched.since)
+    task = None if state.cursor_task is None else TaskName.parse(state.cursor_task).id
+    return {"next": _iso(state.cursor) if state.cursor >= now else None, "task": task}
+
+
+def _iso(us: int) -> str:
+    from taskq.times.timespec import format_iso
+
+    return format_iso(us)
+
+
+# -- reading -----------------------------------------------------------------
+
+
+@schedule.command(name="ls")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.pass_context
+def ls_(ctx: click.Context, as_json: bool) -> None:
+    """List the schedules: when, policies, next run."""
+    store, now = _store(ctx), _now()
+    rows = [_summary(store, name, now) for name in store.names()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+    elif rows:
+        click.echo(_table(rows))
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    keys = ("name", "state", "next", "when", "tz", "catchup", "overlap")
+    cells = [[k.upper() for k in keys]] + [[str(r.get(k) or "-") for k in keys] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(keys))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(c, widths, strict=True)).rstrip() for c in cells
+    )
+
+
+def _summary(store: Store, name: str, now: int) -> dict[str, Any]:
+    from taskq.errors import CorruptFile
+
+    try:
+        sched = store.read(name)
+    except CorruptFile as e:
+        return {"name": name, "when": f"(unreadable: {e})", "next": None}
+    s = sched.spec
+    nxt = None if sched.paused else s.after(max(now, sched.since - 1))
+    return {
+        "name": name,
+        "when": s.cron if s.cron else f"every {_duration(s.every or 0)}",
+        "tz": s.tz,
+        "catchup": sched.catchup,
+        "overlap": sched.overlap,
+        "state": "paused" if sched.paused else ("ended" if nxt is None else "active"),
+        "next": None if nxt is None else _iso(nxt),
+    }
+
+
+def _duration(us: int) -> str:
+    from taskq.times.timespec import format_duration
+
+    return format_duration(us)
+
+
+@schedule.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.pass_context
+def show(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show a schedule: its request, recent occurrences and outcomes, next run."""
+    from taskq.schedules.view import describe, detail
+
+    store = _store(ctx)
+    doc = detail(store, name, _now())
+    click.echo(json.dumps(doc, indent=1) if as_json else describe(doc))
+
+
+@schedule.command(name="next")
+@click.argument("name")
+@click.option(
+    "-n", "count", type=click.IntRange(1, 10000), default=5, show_default=True, help="How many."
+)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.pass_context
+def next_(ctx: click.Context, name: str, count: int, as_json: bool) -> None:
+    """Print the next slots of a schedule, in UTC and in its zone."""
+    from taskq.schedules.slots import local_text
+
+    store, now = _store(ctx), _now()
+    sched = store.read(name)
+    slots = sched.spec.upcoming(max(now, sched.since - 1), count)
+    docs = [{"slot": _iso(s), "local": local_text(s, sched.spec.tz)} for s in slots]
+    _echo(as_json, docs, "\n".join(f"{d['slot']}  {d['local']}" for d in docs))
+
+
+# -- changing ----------------------------------------------------------------
+
+
+@schedule.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.pass_context
+def pause(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Pause a schedule: its slots are skipped until resume (and never caught up)."""
+    store, now = _store(ctx), _now()
+    store.with_paused(name, True, now)
+    store.log(name, "paused", now)
+    store.spool.ring()
+    _echo(as_json, {"name": name, "paused": True}, f"paused {name}")
+
+
+@schedule.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.pass_context
+def resume(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Resume a paused schedule from now on; make its next occurrence."""
+    store, now = _store(ctx), _now()
+    sched = store.with_paused(name, False, now)
+    store.log(name, "resumed", now)
+    nxt = _first_pass(store, sched, now)
+    doc = {"name": name, "paused": False, **nxt}
+    _echo(as_json, doc, f"resumed {name}: next run {nxt['next']}")
+
+
+@schedule.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.pass_context
+def rm(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Remove a schedule and cancel its waiting occurrence; past tasks stay."""
+    from taskq.schedules import materialise
+
+    store, now = _store(ctx), _now()
+    store.read(name)  # NotFound before anything changes
+    cancelled = materialise.retire(store, name, now)
+    store.remove(name)
+    doc = {"name": name, "cancelled": cancelled}
+    _echo(as_json, doc, f"removed {name}" + "".join(f"; cancelled {t}" for t in cancelled))

@@ -1,0 +1,153 @@
+"""Parse an NDJSON batch of submissions into task bodies; pure, time injected.
+
+One JSON object per line, with the same fields as submit's options:
+command (a list of strings; required), run_at (WHEN, or epoch seconds as a
+number) or in (DURATION, or seconds as a number), queue, key,
+max_attempts, timeout, expires (DURATION or seconds), env (an object of
+strings, merged over the defaults), payload (text for the command's
+standard input) or payload_base64, and cwd. Fields a line leaves out take
+the values given on the command line. Every line is validated before any
+task is accepted; a bad line is reported by its number. This module checks
+the JSON types; what a request may ask for is request.py's to say.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from typing import Any
+
+from taskq.client import request
+from taskq.client.request import Request
+from taskq.errors import BadInput
+from taskq.spool.task import TaskBody, check_queue
+from taskq.times.timespec import MAX_DURATION, SECOND, parse_duration
+
+FIELDS = frozenset(
+    {
+        "command",
+        "run_at",
+        "in",
+        "queue",
+        "key",
+        "max_attempts",
+        "timeout",
+        "expires",
+        "env",
+        "payload",
+        "payload_base64",
+        "cwd",
+    }
+)
+
+
+def parse(data: bytes, defaults: Request, now: int) -> list[TaskBody]:
+    """Turn NDJSON into bodies, each line over defaults; BadInput names the bad line."""
+    bodies = []
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            bodies.append(_body(_object(line), defaults, now))
+        except BadInput as e:
+            raise BadInput(f"batch line {number}: {e}") from None
+    return bodies
+
+
+def _object(line: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(line)
+    except ValueError as e:
+        raise BadInput(f"not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise BadInput("not a JSON object")
+    unknown = sorted(set(doc) - FIELDS)
+    if unknown:
+        raise BadInput(f"unknown field {unknown[0]!r}")
+    return doc
+
+
+def _body(doc: dict[str, Any], defaults: Request, now: int) -> TaskBody:
+    command = doc.get("command")
+    if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
+        raise BadInput("command must be a non-empty list of strings")
+    return defaults.body(command, now, _fields(doc, defaults, now))
+
+
+def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
+    """The fields of the request that this line gives, checked."""
+    fields: dict[str, Any] = {}
+    if "run_at" in doc or "in" in doc:
+        at = _instant(doc["run_at"]) if "run_at" in doc else None
+        delay = _duration("in", doc["in"], allow_zero=True) if "in" in doc else None
+        fields["run_at"] = request.run_at(at, delay, now, names=("run_at", "in"))
+    for name in ("timeout", "expires"):
+        if name in doc:
+            fields[name] = _duration(name, doc[name])
+    if "queue" in doc:
+        fields["queue"] = check_queue(_string("queue", doc["queue"]))
+    if "key" in doc:
+        fields["key"] = _string("key", doc["key"])
+    if "max_attempts" in doc:
+        fields["max_attempts"] = _attempts(doc["max_attempts"])
+    if "env" in doc:
+        fields["env"] = request.check_size({**defaults.env, **_env(doc["env"])})
+    if "cwd" in doc:
+        fields["cwd"] = request.directory("cwd", _string("cwd", doc["cwd"]))
+    if "payload" in doc or "payload_base64" in doc:
+        fields["stdin"] = request.payload("payload", _payload(doc))
+    return fields
+
+
+def _string(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise BadInput(f"{name} must be a string")
+    return value
+
+
+def _instant(value: Any) -> str:
+    """run_at as a WHEN: a string, or epoch seconds as a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise BadInput("run_at must be a finite number of seconds")
+        return f"@{value:.6f}"
+    return _string("run_at", value)
+
+
+def _duration(name: str, value: Any, allow_zero: bool = False) -> int:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not (math.isfinite(value) and 0 <= value <= MAX_DURATION // SECOND):
+            raise BadInput(f"{name} must be from 0 to {MAX_DURATION // SECOND} seconds")
+        us = round(value * SECOND)
+    else:
+        us = parse_duration(_string(name, value))
+    return us if allow_zero else request.positive(name, us)
+
+
+def _attempts(value: Any) -> int:
+    top = request.MAX_ATTEMPTS
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
+        raise BadInput(f"max_attempts must be a whole number from 1 to {top}")
+    return value
+
+
+def _env(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise BadInput("env must be an object of strings")
+    for k, v in value.items():
+        if not request.env_name(k) or not isinstance(v, str):
+            raise BadInput(f"bad env entry {k!r}: names are [A-Za-z_][A-Za-z0-9_]*, values strings")
+    return dict(value)
+
+
+def _payload(doc: dict[str, Any]) -> bytes:
+    if "payload" in doc and "payload_base64" in doc:
+        raise BadInput("give payload or payload_base64, not both")
+    if "payload" in doc:
+        return _string("payload", doc["payload"]).encode()
+    try:
+        return base64.b64decode(_string("payload_base64", doc["payload_base64"]), validate=True)
+    except binascii.Error:
+        raise BadInput("payload_base64 is not base64") from None

@@ -1,0 +1,191 @@
+"""A submission request, from submit's options or a batch line, and its task body.
+
+The one place that says what a request may ask for: a run time (at a time
+or after a delay, not both), durations longer than zero, variable names,
+an absolute working directory that exists, a payload within the limit, and
+the task body that results, with a fresh id. Pure but for the directory
+check; time is injected.
+
+A body is checked whole before it is accepted (`accepted`): its text is
+UTF-8, exec() could take its command and variables, and its file fits the
+limit the daemon reads. A task the daemon would quarantine or could not
+start is refused here, with one line saying why, so no accepted task can
+be lost that way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from taskq.errors import BadInput
+from taskq.spool.memo import LastOf
+from taskq.spool.task import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PATH,
+    DEFAULT_QUEUE,
+    MAX_BODY,
+    MAX_EXEC,
+    MAX_EXEC_STRING,
+    MAX_STDIN,
+    TaskBody,
+    new_id,
+)
+from taskq.text.lazyre import Lazy
+from taskq.times.timespec import parse_when
+
+ENV_NAME = Lazy(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_ATTEMPTS = 1000  # the largest --max-attempts a request may ask for
+MAX_ENV = 256 << 10  # bytes of NAME=VALUE\0 a task's environment may take in its body
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything a submission asks for but its command; TaskBody's fields by name.
+
+    A batch line starts from the command line's request and replaces what
+    it gives (Request.body's changes).
+    """
+
+    run_at: int
+    cwd: str
+    env: dict[str, str] = field(default_factory=lambda: environment(()))
+    queue: str = DEFAULT_QUEUE
+    key: str | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout: int | None = None  # microseconds
+    expires: int | None = None  # microseconds after run_at
+    stdin: bytes | None = None
+    umask: int | None = None  # the submitter's (submitter.umask), or None: the daemon's
+    env_recorded: bool = False  # env starts from the submitter's (submitter.record)
+    after: list[str] = field(default_factory=list)
+    after_any: bool = False
+    mail: str | None = None
+
+    def body(
+        self, argv: Sequence[str], now: int, changes: Mapping[str, Any] | None = None
+    ) -> TaskBody:
+        """The task body asking to run argv so, submitted now, with a fresh id.
+
+        `changes` replaces some of the request's fields for this body alone (a
+        batch line's), as dataclasses.replace would, without making a request.
+        """
+        # Shallow (asdict's deep copy of a recorded environment cost a batch
+        # five times its parsing), and the env is shared, not copied: a body
+        # is never modified, and a batch's bodies that share one env have it
+        # checked and encoded once (memo.LastOf).
+        fields = {name: getattr(self, name) for name in _FIELDS}
+        if changes:
+            fields.update(changes)
+        body = TaskBody(id=new_id(now), argv=list(argv), submitted_at=now, **fields)
+        accepted(body)
+        return body
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Request))
+
+
+def accepted(body: TaskBody) -> bytes:
+    """The body's file, once every limit is checked; BadInput names the first broken one."""
+    _text("the working directory", body.cwd)
+    if body.key is not None:
+        _text("the key", body.key)
+    exec_bytes = _env_bytes(body.env)
+    for i, arg in enumerate(body.argv, 1):
+        exec_bytes += _text(f"argument {i} of the command", arg) + 1
+    if exec_bytes > MAX_EXEC:
+        raise BadInput(
+            f"the command and its variables take {exec_bytes} bytes; exec() is given "
+            f"at most {MAX_EXEC}"
+        )
+    data = body.to_json()
+    if len(data) > MAX_BODY:
+        raise BadInput(
+            f"the task file would be {len(data)} bytes (escapes included), over the "
+            f"limit of {MAX_BODY}"
+        )
+    return data
+
+
+def _check_env(env: Mapping[str, str]) -> int:
+    """What the variables take of exec()'s room, each checked as text."""
+    return sum(_text(name, f"{name}={value}", "variable ") + 1 for name, value in env.items())
+
+
+_env_bytes = LastOf(_check_env)  # a batch's bodies share their request's env: checked once
+
+
+def _text(what: str, value: str, prefix: str = "") -> int:
+    """The size in bytes of a string that must be UTF-8 text and one exec() string at most.
+
+    `prefix + what` names it in the error; only an error pays for joining them.
+    """
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:
+        raise BadInput(f"{prefix}{what} is not valid UTF-8 text") from None
+    if "\0" in value:
+        raise BadInput(f"{prefix}{what} contains a NUL byte")
+    if size > MAX_EXEC_STRING:
+        raise BadInput(f"{prefix}{what} is {size} bytes; exec() takes at most {MAX_EXEC_STRING}")
+    return size
+
+
+def run_at(
+    at: str | None, delay: int | None, now: int, names: tuple[str, str] = ("--at", "--in")
+) -> int:
+    """The run time: at (a WHEN), or now + delay, or now; names say how both were given."""
+    if at is not None and delay is not None:
+        raise BadInput(f"give {names[0]} or {names[1]}, not both")
+    if at is not None:
+        return parse_when(at, now)
+    return now + (delay or 0)
+
+
+def positive(what: str, us: int) -> int:
+    """A duration that must be longer than zero (--timeout, --expires, --lease...)."""
+    if us <= 0:
+        raise BadInput(f"{what} must be longer than zero")
+    return us
+
+
+def environment(
+    pairs: Iterable[tuple[str, str]], recorded: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A task's variables: the default PATH, the recorded ones, then the pairs; within MAX_ENV."""
+    return check_size({"PATH": DEFAULT_PATH, **(recorded or {}), **dict(pairs)})
+
+
+def check_size(env: Mapping[str, str]) -> dict[str, str]:
+    """env, if it fits in MAX_ENV bytes; BadInput otherwise (nothing is submitted)."""
+    size = sum(len(f"{k}={v}".encode(errors="surrogatepass")) + 1 for k, v in env.items())
+    if size > MAX_ENV:
+        raise BadInput(
+            f"the task's environment is {size} bytes, over the limit of {MAX_ENV}: "
+            "unset some variables, or give --no-env"
+        )
+    return dict(env)
+
+
+def env_name(name: str) -> bool:
+    """Tell whether a variable name is one a task may set: [A-Za-z_][A-Za-z0-9_]*."""
+    return ENV_NAME.fullmatch(name) is not None
+
+
+def directory(what: str, path: str) -> str:
+    """A working directory: an absolute path to a directory that exists now."""
+    if not os.path.isabs(path):
+        raise BadInput(f"{what} {path!r} is not an absolute path")
+    if not os.path.isdir(path):
+        raise BadInput(f"{what} {path!r} is not a directory")
+    return path
+
+
+def payload(what: str, data: bytes) -> bytes:
+    """Data for the command's standard input, within MAX_STDIN bytes."""
+    if len(data) > MAX_STDIN:
+        raise BadInput(f"{what} is over the limit of {MAX_STDIN} bytes")
+    return data

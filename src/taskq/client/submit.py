@@ -1,0 +1,384 @@
+"""Durable submission: a task is accepted only once its file is on disk.
+
+Write the body in tmp/, fsync it, rename it into its pending bucket without
+clobbering, fsync the bucket and pending/ itself; only then is the id given
+out. With an idempotency key, a key file (created by link(), which refuses
+an existing name) binds the key to the first task's id before that task is
+published, so the key never names a task that cannot appear.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+
+from taskq.errors import CorruptFile, NotFound
+from taskq.spool import byid, fsutil
+from taskq.spool.faults import crash_point
+from taskq.spool.layout import Spool
+from taskq.spool.task import TaskBody, TaskName
+
+_PUBLISH_TRIES = (
+    1000  # a daemon removes a bucket at most once a rescan; 1000 losses in a row is no race
+)
+
+
+def submit(spool: Spool, body: TaskBody) -> tuple[TaskName, bool]:
+    """Make the task durable; return its name and whether it was created.
+
+    On a key hit nothing is created and the name is the first task's (as it
+    was submitted). On failure nothing is left behind, unless a daemon had
+    already claimed the published task: then it exists, and so does its key.
+    """
+    name = TaskName(body.run_at, body.id, 1, body.queue)
+    tmp = os.path.join(spool.tmp, f"{body.id}.task")
+    bound = None
+    try:
+        fsutil.write_new(tmp, body.to_json())
+        crash_point("submit.written")
+        if body.key is not None:
+            existing = _bind_key(spool, body.key, name)
+            if existing is not None:
+                os.unlink(tmp)
+                return existing, False
+            bound = key_path(spool, body.key)
+            crash_point("submit.key-bound")
+        _publish_body(spool, tmp, name, body)
+        crash_point("submit.synced")
+    except (OSError, NotFound) as e:  # NotFound: a dependency vanished meanwhile
+        if _withdraw(spool, tmp, name) and bound is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(bound)
+        if isinstance(e, NotFound):
+            raise
+        raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
+    spool.ring()
+    return name, True
+
+
+def _publish_body(spool: Spool, tmp: str, name: TaskName, body: TaskBody) -> None:
+    """Publish into pending/, or into waiting/ for a task with dependencies."""
+    if body.after:
+        from taskq.spool import deps
+
+        deps.publish_waiting(spool, tmp, name, body.after, body.submitted_at)
+    else:
+        publish(spool, tmp, name)
+
+
+def _withdraw(spool: Spool, tmp: str, name: TaskName) -> bool:
+    """Undo a failed submission; False if it cannot be undone (already claimed)."""
+    published = os.path.join(spool.bucket_dir(name.bucket), str(name))
+    try:
+        fsutil.rename_cas(published, tmp)  # published, then an fsync failed
+    except FileNotFoundError:
+        if not os.path.exists(tmp):
+            return False  # never written, or a daemon has claimed it: it stands
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    return True
+
+
+def publish(spool: Spool, tmp: str, name: TaskName) -> bool:
+    """Rename a durable tmp/ file into its bucket and make that durable.
+
+    Returns False when the file had already been published by someone else
+    (the rename lost with ENOENT); the bucket is made durable either way.
+    A daemon may remove an empty bucket between our mkdir and our rename,
+    so a vanished bucket is created again.
+    """
+    published = _place(spool, tmp, name)
+    crash_point("submit.renamed")
+    fsutil.fsync_dir(spool.bucket_dir(name.bucket))
+    fsutil.fsync_dir(spool.pending)
+    return published
+
+
+def _place(
+    spool: Spool, tmp: str, name: TaskName, ensured: set[str] | None = None, hint: bool = True
+) -> bool:
+    """Rename tmp into its bucket (no sync); False if someone else did it first.
+
+    The id's hint (byid.py) is written first, so a published task has one
+    unless a crash loses it; it is not synced (a lookup without it searches).
+    A batch passes the buckets it has made sure of already (`ensured`), and
+    hint=False for a task whose hint it wrote with its body.
+    """
+    bucket = spool.bucket_dir(name.bucket)
+    published = f"{bucket}/{name}"
+    if hint:
+        byid.point_name(spool, name)
+    for _ in range(_PUBLISH_TRIES):
+        if ensured is None or bucket not in ensured:
+            fsutil.ensure_dir(bucket)  # a link or a file there is refused (CorruptFile)
+            if ensured is not None:
+                ensured.add(bucket)
+        try:
+            fsutil.rename_fresh(tmp, published)
+            return True
+        except FileNotFoundError:
+            if not os.path.exists(tmp):
+                return False
+            if ensured is not None:
+                ensured.discard(bucket)  # a daemon removed it empty meanwhile: make it again
+    raise OSError(f"bucket {bucket} keeps vanishing")
+
+
+def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, bool]]:
+    """Submit many tasks with group commit: three syncs for the whole batch.
+
+    Bodies are written unsynced and made durable by one syncfs; keys are
+    bound (staging file, then link) and a second syncfs makes them durable;
+    then every body is renamed into its bucket and a last syncfs makes the
+    renames durable. Nothing is acknowledged before that. On failure, what
+    was published is withdrawn, with its key; a task a daemon has already
+    claimed cannot be withdrawn and keeps its key.
+    """
+    names = [TaskName(b.run_at, b.id, 1, b.queue) for b in bodies]
+    results: list[tuple[TaskName, bool] | None] = [None] * len(bodies)
+    first_of_key: dict[str, int] = {}
+    repeats: dict[int, int] = {}  # a line repeating an earlier line's key -> that line
+    todo: list[int] = []
+    for i, body in enumerate(bodies):
+        if body.key is not None and body.key in first_of_key:
+            repeats[i] = first_of_key[body.key]
+        else:
+            if body.key is not None:
+                first_of_key[body.key] = i
+            todo.append(i)
+    tmps = {i: f"{spool.tmp}/{bodies[i].id}.task" for i in todo}
+    bound: dict[int, str] = {}
+    try:
+        _write_bodies(spool, [(tmps[i], bodies[i], names[i]) for i in todo])
+        fsutil.syncfs(spool.root)
+        crash_point("submit.written")
+        keyed = [i for i in todo if bodies[i].key is not None]
+        for i in keyed:
+            existing = _bind_key(spool, str(bodies[i].key), names[i], sync=False)
+            if existing is None:
+                bound[i] = key_path(spool, str(bodies[i].key))
+            else:
+                results[i] = (existing, False)
+                os.unlink(tmps[i])
+        if keyed:
+            fsutil.syncfs(spool.root)
+            crash_point("submit.key-bound")
+        ensured: set[str] = set()
+        for i in todo:
+            if results[i] is None:
+                _place(spool, tmps[i], names[i], ensured, hint=bodies[i].key is not None)
+                results[i] = (names[i], True)
+                crash_point("submit.renamed")
+        fsutil.syncfs(spool.root)
+        crash_point("submit.synced")
+        for i, first in repeats.items():
+            results[i] = (results[first] or (names[first], True))[0], False
+    except BaseException as e:  # nothing of a refused batch may stay behind
+        for i in todo:
+            if _withdraw(spool, tmps[i], names[i]) and i in bound:
+                with contextlib.suppress(OSError):
+                    os.unlink(bound[i])
+        if isinstance(e, OSError):
+            raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
+        raise
+    spool.ring()
+    return [r for r in results if r is not None]
+
+
+HINT_THREAD = 64  # a batch this long writes its hints on a thread of their own
+
+
+def _write_bodies(spool: Spool, todo: list[tuple[str, TaskBody, TaskName]]) -> None:
+    """Write a batch's bodies in tmp/ (unsynced), and the hints of those without a key.
+
+    A hint is a file to create, as a body is, and creating files is most of
+    a batch's time. Hints go into ids/ and bodies into tmp/, so the
+    filesystem creates them side by side: a long batch writes its hints on
+    a second thread. A task with a key gets its hint when it is placed,
+    once the key is known to be its own. Each hint names the task as it
+    will be published; until then a lookup finds no task, as it should.
+    """
+    unkeyed = [name for _, body, name in todo if body.key is None]
+    if len(unkeyed) < HINT_THREAD:
+        _write_hints(spool, unkeyed)
+        hinter = None
+    else:
+        import threading
+
+        hinter = threading.Thread(target=_write_hints, args=(spool, unkeyed), name="taskq-hints")
+        hinter.start()
+    try:
+        for tmp, body, _ in todo:
+            fsutil.write_new(tmp, body.to_json(), sync=False)
+    finally:
+        if hinter is not None:
+            hinter.join()
+
+
+def _write_hints(spool: Spool, names: list[TaskName]) -> None:
+    for name in names:
+        byid.point_name(spool, name)  # never fails
+
+
+KEY_LIMIT = 512  # a key file holds one task name
+
+
+def key_path(spool: Spool, key: str, uid: int | None = None) -> str:
+    """The key file of a user's idempotency key: keys/<uid>-<hash>.
+
+    Keys are scoped per submitting user (by default, this process's), so
+    one member of a shared spool cannot answer another's key; a hash makes
+    any key a safe name.
+    """
+    return os.path.join(spool.keys, f"{os.geteuid() if uid is None else uid}-{_digest(key)}")
+
+
+def legacy_key_path(spool: Spool, key: str) -> str:
+    """Where keys were bound before they were scoped per user; honoured if the user owns it."""
+    return os.path.join(spool.keys, _digest(key))
+
+
+def _digest(key: str) -> str:
+    import hashlib  # only for keys: the CLI's start-up need not import it
+
+    return hashlib.sha256(key.encode()).hexdigest()[:40]
+
+
+def key_owner(entry: str) -> int | None:
+    """The uid a key file's name gives it, or None for an unscoped (legacy) name."""
+    uid, sep, _ = entry.partition("-")
+    return int(uid) if sep and uid.isdigit() else None
+
+
+class ForeignKey(CorruptFile):
+    """A key file owned by someone other than the user whose key it is: a squat."""
+
+
+def read_key(path: str, uid: int | None = None) -> TaskName:
+    """The task a key file names.
+
+    OSError if it cannot be read; CorruptFile if it is no small regular file
+    (a FIFO would block an open() for good), or is not owned by `uid`;
+    ValueError if it names no task.
+    """
+    data, st = fsutil.read_small(path, KEY_LIMIT)
+    if uid is not None and st.st_uid != uid:
+        raise ForeignKey(f"owned by uid {st.st_uid}, not by uid {uid} whose key it is")
+    return TaskName.parse(data.decode().strip())
+
+
+def bound_key(spool: Spool, task_file: str, task_id: str) -> str | None:
+    """The key file that binds the key of this task's body to this task, if any."""
+    try:
+        body, owner = spool.read_task(task_file)
+    except Exception:
+        return None
+    if body.key is None:
+        return None
+    for path in (key_path(spool, body.key, owner), legacy_key_path(spool, body.key)):
+        try:
+            if read_key(path, owner).id == task_id:
+                return path
+        except (OSError, ValueError, CorruptFile):
+            continue
+    return None
+
+
+def _bind_key(spool: Spool, key: str, name: TaskName, sync: bool = True) -> TaskName | None:
+    """Bind key to this task; return the task already bound to it, if any.
+
+    With sync=False the caller syncs the staging file before and the key
+    directory after (group commit).
+    """
+    uid = os.geteuid()
+    with contextlib.suppress(OSError, ValueError, CorruptFile):  # none, or not ours: ignored
+        return _adopt_key(spool, legacy_key_path(spool, key), uid)
+    path = key_path(spool, key, uid)
+    staging = os.path.join(spool.keys, f".{name.id}.tmp")
+    fsutil.write_new(staging, f"{name}\n".encode(), sync=sync)
+    try:
+        os.link(staging, path)
+    except FileExistsError:
+        return _adopt_key(spool, path, uid)
+    finally:
+        os.unlink(staging)
+    if sync:
+        fsutil.fsync_dir(spool.keys)
+    return None
+
+
+def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
+    """Return the task a key names, finishing its submission if that was cut short.
+
+    A key file that another user planted under this user's name is refused
+    as a temporary failure: a daemon removes such files (clean_tmp).
+    """
+    try:
+        first = read_key(path, uid)
+    except CorruptFile as e:
+        rel = os.path.relpath(path, spool.root)
+        raise OSError(errno.EAGAIN, f"key file {rel} {e}; a daemon removes it, try again") from None
+    tmp = os.path.join(spool.tmp, f"{first.id}.task")
+    if os.path.exists(tmp):
+        # The first submitter bound the key and then stopped (or is about to
+        # publish): publishing its durable body is exactly what it would do.
+        _publish_body(spool, tmp, first, spool.read_body(tmp))
+    return first
+
+
+def clean_tmp(spool: Spool, now: int, max_age: int) -> list[str]:
+    """Delete submissions abandoned in tmp/ (never acknowledged) and their keys.
+
+    Also removes key files that a spool member planted to block another
+    (squats: not regular files, or owned by someone else than their name
+    says). Returns one line per such hostile file removed, for the log.
+    """
+    cutoff = (now - max_age) / 1e6
+    hostile = []
+    for entry in fsutil.listdir(spool.keys):
+        path = os.path.join(spool.keys, entry)
+        try:
+            if entry.startswith("."):
+                if os.lstat(path).st_mtime <= cutoff:
+                    os.unlink(path)  # a key's staging file, left by a killed submitter
+                continue
+            reason = _squat(path, entry)
+            if reason is not None:
+                os.unlink(path)
+                hostile.append(f"removed keys/{entry}: {reason}")
+        except OSError:
+            continue
+    for entry in fsutil.listdir(spool.tmp):
+        path = os.path.join(spool.tmp, entry)
+        try:
+            if os.lstat(path).st_mtime > cutoff:
+                continue
+            if entry.endswith(".task"):
+                _forget_key(spool, path, entry[: -len(".task")])
+            os.unlink(path)
+        except (OSError, ValueError):
+            continue
+    return hostile
+
+
+def _squat(path: str, entry: str) -> str | None:
+    """Why a key file is a squat (not a regular file, or not its user's), or None."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a squat)"
+    uid = key_owner(entry)
+    if uid is not None and st.st_uid != uid:
+        return f"owned by uid {st.st_uid}, not by uid {uid} whose key it is (a squat)"
+    return None
+
+
+def _forget_key(spool: Spool, tmp: str, task_id: str) -> None:
+    """Remove the key file that names an abandoned submission, if any."""
+    path = bound_key(spool, tmp, task_id)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

@@ -1,0 +1,175 @@
+"""The attempts a daemon watches: spawn, reap, timeouts, stopping, adopted orphans.
+
+An attempt is the daemon's own child (reaped with waitpid) or an orphan it
+adopted after taking over a claim whose attempt still runs (watched through
+a pidfd, or by polling its supervisor's lock when its pid is unknown). This
+module signals process groups and reports ended attempts; what becomes of
+the task is decided elsewhere (policy) and carried out elsewhere (settle).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from taskq.daemon import runner
+from taskq.spool.runas import RunAs
+from taskq.spool.task import ClaimName, TaskBody
+from taskq.times.timespec import SECOND, format_duration
+
+POLL_ADOPTED = SECOND // 5  # how often to look at an adopted attempt whose pid is unknown
+
+
+@dataclass
+class Prepared:
+    """A due task whose start is durable: its claim, its request and whom it runs as."""
+
+    claim: ClaimName
+    body: TaskBody
+    user: RunAs
+    mono: int = 0  # when its start rename was made (monotonic µs)
+
+
+@dataclass
+class Running:
+    """An attempt this daemon watches: its own child or an adopted orphan."""
+
+    claim: ClaimName
+    body: TaskBody
+    pid: int | None
+    started_mono: int  # µs on the monotonic clock (back-dated for an adopted one)
+    adopted: bool = False
+    pidfd: int | None = None
+    lost: bool = False  # our lease was taken; we no longer own the claim
+    term_sent: int | None = None
+    killed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+class Attempts:
+    """Running attempts by pid (children) and by task id (adopted)."""
+
+    def __init__(
+        self,
+        kill_grace: int,
+        watch: Callable[[int, object], None],
+        unwatch: Callable[[int], None],
+    ) -> None:
+        self.kill_grace = kill_grace
+        self.watch = watch  # wake the loop when a pidfd is readable, with a key
+        self.unwatch = unwatch
+        self.children: dict[int, Running] = {}
+        self.adopted: dict[str, Running] = {}
+        self.handed: set[int] = set()  # children another daemon here watches now: reap only
+
+    def __len__(self) -> int:
+        return len(self.children) + len(self.adopted)
+
+    def all(self) -> list[Running]:
+        return [*self.children.values(), *self.adopted.values()]
+
+    def ids(self) -> set[str]:
+        return {r.claim.task.id for r in self.all()}
+
+    def add_child(self, run: Running) -> None:
+        assert run.pid is not None
+        self.children[run.pid] = run
+
+    def add_adopted(self, run: Running, proc_start: int | None) -> None:
+        """Watch an orphan: through a pidfd if its pid is known and still its own."""
+        if run.pid is not None:
+            run.pidfd = runner.watch_exit(run.pid, proc_start)
+        if run.pidfd is not None:
+            self.watch(run.pidfd, ("adopted", run.body.id))
+        self.adopted[run.body.id] = run
+
+    def reap(self) -> list[tuple[Running, int]]:
+        """Our children that ended, with their exit codes (negative: a signal)."""
+        ended = []
+        while self.children or self.handed:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            self.handed.discard(pid)
+            run = self.children.pop(pid, None)
+            if run is not None:
+                ended.append((run, os.waitstatus_to_exitcode(status)))
+        return ended
+
+    def adopted_ended(self, log_dir: str, task_id: str) -> bool:
+        """Whether an adopted attempt's supervisor is gone (then forget it)."""
+        run = self.adopted[task_id]
+        if runner.supervisor_alive(log_dir, run.claim.task.attempt):
+            return False
+        del self.adopted[task_id]
+        if run.pidfd is not None:
+            self.unwatch(run.pidfd)
+            os.close(run.pidfd)
+        return True
+
+    def hand_over(self, run: Running) -> None:
+        """Stop watching an attempt that another daemon on this host adopted.
+
+        That daemon took our claim over while we were stopped past the lease,
+        and watches the attempt through a pidfd; we only reap our child, so
+        that it leaves no zombie, and record nothing of its end.
+        """
+        if run.pid is not None and self.children.get(run.pid) is run:
+            del self.children[run.pid]
+            self.handed.add(run.pid)
+        elif self.adopted.get(run.body.id) is run:
+            del self.adopted[run.body.id]
+            if run.pidfd is not None:
+                self.unwatch(run.pidfd)
+                os.close(run.pidfd)
+
+    def polled(self) -> list[Running]:
+        """Adopted attempts without a pidfd: the loop looks at these every POLL_ADOPTED."""
+        return [r for r in self.adopted.values() if r.pidfd is None]
+
+    def signal(self, run: Running, sig: int, mono: int) -> None:
+        """Signal an attempt's process group; TERM starts the grace before KILL."""
+        if run.pid is None:
+            return
+        runner.kill_group(run.pid, sig)
+        if sig == signal.SIGTERM and run.term_sent is None:
+            run.term_sent = mono
+        elif sig == signal.SIGKILL:
+            run.killed = True
+
+    def enforce_timeouts(self, mono: int) -> None:
+        """TERM an attempt past its --timeout; KILL one still there after the grace."""
+        for run in self.all():
+            if run.pid is None or run.killed:
+                continue
+            if run.term_sent is None:
+                timeout = run.body.timeout
+                if timeout is not None and mono >= run.started_mono + timeout:
+                    run.notes.append(f"timeout after {format_duration(timeout)}")
+                    self.signal(run, signal.SIGTERM, mono)
+            elif mono >= run.term_sent + self.kill_grace:
+                self.signal(run, signal.SIGKILL, mono)
+
+    def deadlines(self) -> list[int]:
+        """Monotonic instants at which a timeout or a kill grace runs out."""
+        out = []
+        for run in self.all():
+            if run.killed or run.pid is None:
+                continue
+            if run.term_sent is not None:
+                out.append(run.term_sent + self.kill_grace)
+            elif run.body.timeout is not None:
+                out.append(run.started_mono + run.body.timeout)
+        return out
+
+    def close(self) -> None:
+        for run in self.adopted.values():
+            if run.pidfd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(run.pidfd)

@@ -1,0 +1,182 @@
+"""Finding due work and claiming it: the due index, claims, and preparing a start.
+
+The dispatcher hands out at most as many due tasks as there are free
+workers, fairly across queues (the due index's round robin), and no earlier
+than the clock's uncertainty allows. Each task is claimed under a lease,
+its body read and checked (parse, owner, expiry) and its claim renamed to
+started: the start is then durable at the next group commit, before the
+attempt exists. What cannot be run is quarantined with a reason.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Iterable
+
+from taskq.daemon.attempts import Prepared
+from taskq.daemon.crew import Crew, Part
+from taskq.daemon.dueindex import DueIndex
+from taskq.daemon.policy import expired
+from taskq.errors import CorruptFile
+from taskq.spool import journal, transitions
+from taskq.spool import runas as security
+from taskq.spool.faults import crash_point
+from taskq.spool.pause import Pauses
+from taskq.spool.task import ClaimName, TaskBody, TaskName
+from taskq.times.timespec import format_iso
+
+
+class QueueCaps:
+    """Per-queue concurrency caps (--queue-limit) and paused queues, against what is busy now."""
+
+    def __init__(
+        self,
+        limits: dict[str, int],
+        default: int,
+        busy: Iterable[str],
+        paused: frozenset[str] = frozenset(),
+    ) -> None:
+        self.limits = limits
+        self.default = default
+        self.busy = collections.Counter(busy)
+        self.paused = paused
+
+    def open(self, queue: str) -> bool:
+        if queue in self.paused:
+            return False
+        return not self.limits or self.busy[queue] < self.limits.get(queue, self.default)
+
+
+class Dispatcher(Part):
+    """The due index and the claim-and-prepare step of the loop."""
+
+    def __init__(self, crew: Crew, run_policy: security.Policy) -> None:
+        super().__init__(crew)
+        self.run_policy = run_policy
+        self.index = DueIndex(self.spool)
+        self.pauses = Pauses(self.spool)
+        self._deadlines: dict[str, int | None] = {}  # expiry of paused due tasks, by id
+
+    def rescan(self, now: int) -> None:
+        """Rebuild the due index and the pauses from the spool; quarantine what is bad."""
+        for path, reason in [*self.index.rescan(now), *self.pauses.reload()]:
+            self.settler.quarantine(path, reason, now)
+        self.expire_paused(now)
+
+    def expire_paused(self, now: int) -> None:
+        """Fail the due tasks of paused queues whose --expires deadline has passed.
+
+        A paused task is not claimed, so its deadline is checked here, at each
+        rescan; each body is read once (its deadline is then remembered).
+        """
+        held = self.pauses.held(now)
+        if not held:
+            self._deadlines.clear()
+            return
+        for name, path in self.index.due_in(held, now):
+            if name.id not in self._deadlines:
+                self._deadlines[name.id] = self._deadline(path, name)
+            deadline = self._deadlines[name.id]
+            if deadline is None or now <= deadline:
+                continue
+            self.index.discard(name)
+            try:
+                held_claim = transitions.claim(
+                    self.spool, path, name, self.owner, self.expiry(now), self.commit.touched
+                )
+            except FileNotFoundError:
+                continue
+            self.settler.note(held_claim, "expired", now, deadline=format_iso(deadline))
+            self.settler.finish(held_claim, "failed", now)
+
+    def _deadline(self, path: str, name: TaskName) -> int | None:
+        try:
+            body = self.spool.read_body(path)
+        except (CorruptFile, OSError):
+            return None  # claimed meanwhile, or bad: the claim path judges it
+        if body.expires is None:
+            return None
+        scheduled = journal.scheduled_for(
+            self.spool.log_dir(body.id), name.attempt, name.run_at, body.run_at
+        )
+        return scheduled + body.expires
+
+    def claim_due(self, now: int, free: int, caps: QueueCaps) -> list[Prepared]:
+        """Claim up to `free` tasks due by now + the commit lead, and prepare each."""
+        horizon = now + self.commit.lead()
+        expiry = self.expiry(now)
+        prepared: list[Prepared] = []
+
+        def due(run_at: int) -> bool:
+            return self.clock.earliest_start(run_at) <= horizon
+
+        while len(prepared) < free:
+            picked = self.index.pop_due(due, caps.open)
+            if picked is None:
+                break
+            name, path = picked
+            try:
+                held = transitions.claim(
+                    self.spool, path, name, self.owner, expiry, self.commit.touched
+                )
+                crash_point("daemon.claimed")
+            except FileNotFoundError:
+                continue  # cancelled, or claimed by another daemon: theirs now
+            except CorruptFile as e:  # its bucket became a link since the rescan
+                self.settler.quarantine(os.path.dirname(path), str(e), now)
+                continue
+            ready = self.prepare(held, now)
+            if ready is not None:
+                prepared.append(ready)
+                caps.busy[ready.body.queue] += 1
+        return prepared
+
+    def prepare(self, held: ClaimName, now: int) -> Prepared | None:
+        """Read a fresh claim's body, expire it or mark it started."""
+        path = transitions.claim_path(self.spool, held)
+        read = self._read(path, now)
+        if read is None:
+            return None
+        body, user = read
+        if body.id != held.task.id:
+            reason = f"body id {body.id} does not match the file name"
+            self.settler.quarantine(path, reason, now)
+            return None
+        log_dir = self.spool.log_dir(body.id)
+        scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
+        deadline = expired(now, scheduled, body.expires)
+        if deadline is not None:
+            self.settler.note(held, "expired", now, deadline=format_iso(deadline))
+            self.settler.finish(held, "failed", now, body)
+            return None
+        try:
+            held = transitions.start(self.spool, held, self.commit.touched)
+        except FileNotFoundError:
+            return None  # cancelled between claim and start: it must not run
+        crash_point("daemon.started")
+        return Prepared(held, body, user, self.clock.mono())
+
+    def _read(self, path: str, now: int) -> tuple[TaskBody, security.RunAs] | None:
+        try:
+            body, owner = self.spool.read_task(path)
+            return body, security.run_as(owner, self.run_policy)
+        except CorruptFile as e:
+            self.settler.quarantine(path, str(e), now)
+        except ValueError as e:  # an owner who may not run tasks here: never run it
+            self.settler.quarantine(path, str(e), now)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.settler.quarantine(path, self._unreadable(path, e), now)
+        return None
+
+    def _unreadable(self, path: str, e: OSError) -> str:
+        """Why a task file cannot be read: most often, it is not ours to read."""
+        try:
+            security.run_as(os.lstat(path).st_uid, self.run_policy)
+        except ValueError as refusal:
+            return str(refusal)
+        except OSError:
+            pass
+        return f"unreadable: {e.strerror}"

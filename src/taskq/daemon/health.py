@@ -1,0 +1,128 @@
+"""A daemon's face to the outside: its owner lock, health record and sd_notify.
+
+run/HOST_PID.lock is flock()ed for the daemon's life (on this host a free
+lock means a dead daemon, whose claims may be recovered at once).
+run/HOST_PID.status is rewritten at each clock check for `taskq status`.
+Under systemd (Type=notify) it sends READY=1 once dispatching, STATUS= as
+the state changes, WATCHDOG=1 and STOPPING=1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from taskq.daemon.sdnotify import Notifier
+from taskq.spool import rundir as status
+from taskq.times.timespec import SECOND, format_iso
+
+log = logging.getLogger("taskq")
+
+
+@dataclass
+class Snapshot:
+    """What the loop reports about itself; all durations in µs."""
+
+    dispatching: bool
+    reason: str | None
+    stopping: bool
+    uncertainty: int
+    offset: int
+    busy: int
+    due_soon: int
+
+
+class Health:
+    """The owner lock, the status record and systemd notifications of one daemon."""
+
+    def __init__(self, run_dir: str, host: str, pid: int, settings: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.owner = f"{host}_{pid}"  # as claims name it: HOST_PID
+        self.host = host
+        self.pid = pid
+        self.settings = settings  # workers, lease, clock_check, max_uncertainty (seconds)
+        self.notify = Notifier()
+        self.started_at = 0
+        self.told_ready = self.told_stopping = False
+        self.next_status = self.next_watchdog = 0
+        self._lock_fd = -1
+
+    @property
+    def probe(self) -> str:
+        return os.path.join(self.run_dir, f"{self.owner}.probe")
+
+    @property
+    def _lock_path(self) -> str:
+        return os.path.join(self.run_dir, f"{self.owner}.lock")
+
+    def lock(self, now: int) -> None:
+        """Hold run/HOST_PID.lock for as long as the daemon lives."""
+        self.started_at = now
+        self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+
+    def unlock(self) -> None:
+        """Leave run/: claims left behind stay ours until another daemon sees the lock free."""
+        if not self.told_stopping:
+            self.notify.send("STOPPING=1")
+        status.remove(self.run_dir, self.owner)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._lock_path)
+        os.close(self._lock_fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.probe)
+
+    def write(self, snap: Snapshot, now: int) -> None:
+        """Rewrite the health record; a full disk only costs a warning."""
+        record = {
+            "owner": self.owner,
+            "host": self.host,
+            "pid": self.pid,
+            "started_at": format_iso(self.started_at),
+            "updated_at": format_iso(now),
+            "dispatching": snap.dispatching,
+            "reason": snap.reason,
+            "stopping": snap.stopping,
+            "uncertainty": snap.uncertainty / SECOND,
+            "offset": snap.offset / SECOND,
+            "busy": snap.busy,
+            **self.settings,
+        }
+        try:
+            status.write(self.run_dir, self.owner, record)
+        except OSError as e:
+            log.warning("cannot write the status record: %s", e)
+
+    def tell_systemd(self, snap: Snapshot, mono: int, workers: int) -> None:
+        """READY=1 once dispatching, STATUS= as it changes, WATCHDOG=1, STOPPING=1."""
+        if not self.notify.enabled:
+            return
+        if snap.stopping:
+            if not self.told_stopping:
+                self.notify.send("STOPPING=1", "STATUS=stopping: waiting for running attempts")
+                self.told_stopping = True
+        elif snap.dispatching and not self.told_ready:
+            self.notify.send("READY=1", f"STATUS={_text(snap, workers)}")
+            self.told_ready = True
+        elif mono >= self.next_status:
+            self.notify.status(_text(snap, workers))
+            self.next_status = mono + SECOND
+        interval = self.notify.watchdog_interval
+        if interval is not None and mono >= self.next_watchdog:
+            self.notify.send("WATCHDOG=1")
+            self.next_watchdog = mono + round(interval * SECOND)
+
+    def next_deadline(self) -> int | None:
+        """When the watchdog must next be fed (monotonic µs), if systemd asked."""
+        return self.next_watchdog if self.notify.watchdog_interval is not None else None
+
+
+def _text(snap: Snapshot, workers: int) -> str:
+    busy = f"{snap.busy}/{workers} workers busy"
+    if not snap.dispatching and not snap.stopping:
+        return f"NOT dispatching: {snap.reason}; {busy}"
+    return f"dispatching; {busy}; {snap.due_soon} task(s) due soon"

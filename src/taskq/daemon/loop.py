@@ -1,0 +1,273 @@
+"""The daemon's loop: wake, settle finished attempts, keep claims, dispatch, start, sleep.
+
+Everything in memory (the due index, the running attempts) is a cache of the
+spool that start-up rebuilds; the spool is the record. Each part owns one
+job: Wakeups (signals, the doorbell), Clock (now, and how far to trust it),
+Health (lock, status record, sd_notify), Dispatcher (due index, claim and
+prepare), Attempts (children and adopted orphans), Recovery (leases,
+takeover, adoption), Settler (moving a claim where policy says), GroupCommit
+(fsync what an iteration touched), Housekeeper (tmp/ and retention, in a
+thread) and Metrics with its Exporter (figures for Prometheus; the spool is
+counted off the loop). wiring.py makes the parts and wires them together;
+the loop below only orders them. Transitions of one iteration are
+made durable together before any attempt they concern is started.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from taskq.daemon import runner
+from taskq.daemon.attempts import Prepared
+from taskq.daemon.dispatch import QueueCaps
+from taskq.daemon.health import Snapshot
+from taskq.daemon.settings import Settings
+from taskq.daemon.starter import SPIN
+from taskq.daemon.wiring import Parts
+from taskq.spool.faults import crash_point
+from taskq.spool.layout import Spool
+from taskq.spool.task import TaskName
+from taskq.spool.transitions import Owner
+from taskq.times.clock import Clock
+from taskq.times.timespec import SECOND, format_duration
+
+log = logging.getLogger("taskq")
+
+NEVER = 1 << 62
+
+
+class Daemon(Parts):
+    """One scheduler and worker pool over one spool: the loop that orders its parts."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        settings: Settings,
+        clock: Clock | None = None,
+        on_hup: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.spool = spool
+        self.cfg = settings
+        self.on_hup = on_hup
+        self.clock = clock or Clock(settings.clock_margin, settings.max_uncertainty)
+        self.owner = Owner(settings.host_id, os.getpid())
+        super().__init__(spool, settings, self.clock, self.owner, self._requeued, self._measured)
+        self.prepared: list[Prepared] = []
+        self.stopping = False
+        self.stop_deadline = NEVER
+        self.rescan_wanted = True
+        self.bell_rang = False
+        self.next = {"rescan": 0, "renew": 0, "poll": NEVER}
+
+    def _requeued(self, name: TaskName) -> None:
+        self.dispatcher.index.push(name)
+
+    # -- life cycle -------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until SIGTERM/SIGINT and the shutdown grace; return an exit status."""
+        self.spool.init()
+        self.health.lock(self.clock.now())
+        self.guard.check()
+        runner.status_slot()  # reserved before any other thread can open a descriptor
+        self.wake.install()
+        runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
+        self.housekeeper.start()
+        self.aftermath.start()
+        try:
+            self.exporter.start()  # counts off the loop: a long count never delays it
+            log.info(
+                "taskq daemon %s started on %s: %d workers, lease %s",
+                self.owner.host,
+                self.spool.root,
+                self.cfg.workers,
+                format_duration(self.cfg.lease),
+            )
+            while not self._should_exit():
+                self._guarded_iteration()
+        finally:
+            self.exporter.stop()
+            self.housekeeper.stop()
+            self.aftermath.stop()
+            self.wake.close()
+            self.attempts.close()
+            self.health.unlock()
+        left = len(self.attempts)
+        log.info("taskq daemon stopped; %d attempt(s) left running for the next daemon", left)
+        return 0
+
+    def _should_exit(self) -> bool:
+        if self.wake.stop_requested and not self.stopping:
+            self.stopping = True
+            self.stop_deadline = self.clock.mono() + self.cfg.shutdown_grace
+        if not self.stopping or self.prepared:
+            return False
+        return not self.attempts or self.clock.mono() >= self.stop_deadline
+
+    def _guarded_iteration(self) -> None:
+        """Run one iteration; on an I/O error, log it, pause and rebuild from the spool.
+
+        Whatever an interrupted iteration left half done is in the spool under
+        our own name, and the recovery pass that the next rescan runs settles it.
+        """
+        try:
+            self._iteration()
+        except OSError as e:
+            log.error("spool error, retrying in 1s: %s", e)
+            self.prepared.clear()
+            self.next["rescan"] = self.next["renew"] = 0
+            time.sleep(1)
+
+    # -- the loop ---------------------------------------------------------
+
+    def _iteration(self) -> None:
+        if self.wake.hup:
+            self.wake.hup = False
+            self.on_hup()
+        self.commit.review()
+        now = self._guard_clock()
+        self._settle_finished(now)
+        self._keep_claims(now)
+        rang = self.bell_rang
+        if not self.stopping:
+            if not self.schedules.passed:
+                self._pass_schedules(now, rang)  # catch-up decides before the first dispatch
+            self._find_due_work(now)
+        self.commit.commit()
+        self.aftermath.committed()
+        if self.prepared:
+            crash_point("daemon.committed")
+            self.prepared = self.starter.start_due(self.prepared)
+        if not self.stopping:
+            self._pass_schedules(self.clock.now(), rang)  # after the starts it could delay
+        snap, mono = self._snapshot(), self.clock.mono()
+        self.health.tell_systemd(snap, mono, self.cfg.workers)
+        self.metrics.looped(snap, paused=mono < self.starter.paused_until)
+        self._sleep()
+
+    def _guard_clock(self) -> int:
+        """Read now, after measuring the clock again if it is time or the wall clock stepped."""
+        if self.guard.guard():
+            self.next = dict.fromkeys(self.next, 0)  # the monotonic clock went back: re-arm
+        return self.clock.now()
+
+    def _settle_finished(self, now: int) -> None:
+        """Record the attempts that ended and move their tasks on."""
+        mono = self.clock.mono()
+        for run, code in self.attempts.reap():
+            crash_point("daemon.reaped")
+            self.settler.ended(run, code, now, (mono - run.started_mono) / SECOND)
+        if mono >= self.next["poll"]:
+            for run in self.attempts.polled():
+                self.recovery.settle_adopted(run.body.id, now)
+        self.next["poll"] = mono + SECOND // 5 if self.attempts.polled() else NEVER
+        self.attempts.enforce_timeouts(mono)
+
+    def _keep_claims(self, now: int) -> None:
+        """Renew our leases every third of a lease, and take back abandoned claims."""
+        mono = self.clock.mono()
+        if self.bell_rang:  # a cancel may have renamed a claim of ours
+            self.recovery.check_claims(now, mono)
+        if mono < self.next["renew"]:
+            return
+        self.next["renew"] = mono + self.cfg.lease // 3
+        self.recovery.renew(now, mono)
+        mine = self.attempts.ids() | {p.claim.task.id for p in self.prepared}
+        self.recovery.scan(now, mono, self.guard.ok, mine)
+
+    def _find_due_work(self, now: int) -> None:
+        """Rescan when asked (doorbell, safety net, index drained), then claim due tasks."""
+        mono = self.clock.mono()
+        index = self.dispatcher.index
+        drained = not index and index.more_beyond
+        if self.rescan_wanted or self.bell_rang or drained or mono >= self.next["rescan"]:
+            self.rescan_wanted = self.bell_rang = False
+            self.next["rescan"] = mono + self.cfg.rescan
+            self.dispatcher.rescan(now)
+        if not self.guard.ok or mono < self.starter.paused_until or self.clock.stepped():
+            return
+        free = self.cfg.workers - len(self.attempts) - len(self.prepared)
+        if free > 0:
+            caps = self._caps()
+            self.prepared += self.dispatcher.claim_due(now, free, caps)
+
+    def _pass_schedules(self, now: int, rang: bool) -> None:
+        """Keep every schedule's next occurrence made; only on a trusted clock."""
+        if self.guard.ok:
+            self.schedules.tick(now, rang, busy=bool(self.prepared))
+
+    def _caps(self) -> QueueCaps:
+        busy = [r.body.queue for r in self.attempts.all()]
+        busy += [p.body.queue for p in self.prepared]
+        paused = self.dispatcher.pauses.held(self.clock.now())
+        return QueueCaps(self.cfg.queue_limits, self.cfg.workers, busy, paused)
+
+    # -- the clock and health -----------------------------------------------
+
+    def _measured(self, regained: bool) -> None:
+        """After each clock measurement: a rescan if trust came back; the health record."""
+        if regained:
+            self.rescan_wanted = True
+        self.health.write(self._snapshot(), self.clock.now())
+
+    def _snapshot(self) -> Snapshot:
+        return Snapshot(
+            dispatching=self.guard.ok and not self.stopping,
+            reason="stopping" if self.stopping else self.guard.problem,
+            stopping=self.stopping,
+            uncertainty=self.clock.uncertainty(),
+            offset=self.clock.offset,
+            busy=len(self.attempts),
+            due_soon=len(self.dispatcher.index),
+        )
+
+    # -- sleeping -----------------------------------------------------------
+
+    def _sleep(self) -> None:
+        timeout = max(0, min(self._deadlines()) - self.clock.mono()) / SECOND
+        rang, ready = self.wake.wait(timeout)
+        self.bell_rang = self.bell_rang or rang
+        for key in ready:  # pidfds of adopted attempts that ended
+            if isinstance(key, tuple) and key[0] == "adopted":
+                self.recovery.settle_adopted(key[1], self.clock.now())
+
+    def _deadlines(self) -> list[int]:
+        """Monotonic instants the loop must wake at: renewals, checks, due work, kills."""
+        mono = self.clock.mono()
+        out = [self.next["renew"], self.guard.next_check, self.next["poll"]]
+        out += self.attempts.deadlines()
+        watchdog = self.health.next_deadline()
+        if watchdog is not None:
+            out.append(watchdog)
+        if self.stopping:
+            out.append(self.stop_deadline)
+        else:
+            out += self._dispatch_deadlines(mono)
+        for ready in self.prepared:
+            wait = self.clock.earliest_start(ready.claim.task.run_at) - SPIN - self.clock.now()
+            out.append(mono + wait)
+        return out
+
+    def _dispatch_deadlines(self, mono: int) -> list[int]:
+        index = self.dispatcher.index
+        out = [self.next["rescan"]]
+        if self.guard.ok:
+            wake_at = self.schedules.wake_at(busy=bool(self.prepared))
+            out.append(mono + wake_at - self.clock.now())
+        if not index and index.more_beyond:
+            out.append(mono)  # the index ran dry: load the next bucket now
+        if mono < self.starter.paused_until:
+            out.append(self.starter.paused_until)
+            return out
+        lapses = self.dispatcher.pauses.next_end(self.clock.now())
+        if lapses is not None:  # a pause --until ends: its queue's due tasks start
+            out.append(mono + lapses - self.clock.now())
+        nxt = index.next_run_at(self._caps().open)
+        free = self.cfg.workers - len(self.attempts) - len(self.prepared)
+        if nxt is not None and free > 0 and self.guard.ok:
+            prepare_at = self.clock.earliest_start(nxt) - self.commit.lead()
+            out.append(mono + prepare_at - self.clock.now())
+        return out

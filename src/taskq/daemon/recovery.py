@@ -1,0 +1,240 @@
+"""Keeping claims and taking them back: lease renewal, takeover, adoption of orphans.
+
+The daemon renews the leases of its attempts every third of a lease. A
+renewal that finds its claim gone learns that `taskq cancel` asked the
+attempt to stop (the claim is now `cancelling`), or that another daemon took
+the claim over: then the attempt is killed at once, which bounds the
+duplicate window by the lease. Claims whose daemon is gone (on this host:
+its lock is free) or whose lease has surely expired (by our clock, with its
+uncertainty) are taken over: a claim never started goes back to pending; a
+started one is adopted if its attempt still runs here, settled from the
+status its supervisor recorded if it ended, and otherwise recorded as lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from typing import Any
+
+from taskq.daemon import runner
+from taskq.daemon.attempts import Attempts, Running
+from taskq.daemon.crew import Crew, Part
+from taskq.errors import CorruptFile
+from taskq.spool import fsutil, journal, transitions
+from taskq.spool import rundir as status
+from taskq.spool.faults import crash_point
+from taskq.spool.layout import stray
+from taskq.spool.task import ClaimName, TaskBody
+from taskq.times.timespec import parse_when
+
+log = logging.getLogger("taskq")
+
+
+class Recovery(Part):
+    """Lease renewal and the takeover of claims whose owner is gone."""
+
+    def __init__(self, crew: Crew, attempts: Attempts) -> None:
+        super().__init__(crew)
+        self.attempts = attempts
+        self.touched = self.commit.touched
+
+    def renew(self, now: int, mono: int) -> None:
+        """Extend the lease of every attempt we still own."""
+        expiry = self.expiry(now)
+        for run in self.attempts.all():
+            if run.lost:
+                continue
+            try:
+                run.claim = transitions.renew(self.spool, run.claim, expiry, self.touched)
+                crash_point("daemon.renewed")
+            except FileNotFoundError:
+                self.lease_lost(run, now, mono)
+
+    def check_claims(self, now: int, mono: int) -> None:
+        """After the doorbell: has any running claim of ours been renamed?"""
+        for run in self.attempts.all():
+            if not run.lost and not os.path.exists(transitions.claim_path(self.spool, run.claim)):
+                self.lease_lost(run, now, mono)
+
+    def lease_lost(self, run: Running, now: int, mono: int) -> None:
+        """Our claim was renamed: a cancel (stop the attempt) or a takeover (kill it now)."""
+        asked = self.settler.cancelling(run.claim)
+        if asked is not None:
+            run.claim = asked
+            self.stop_for_cancel(run, mono)
+            return
+        holder = self._holder(run.claim)
+        if holder is not None and holder.host == self.owner.host:
+            # A daemon of this host took it over while we were stopped, and it
+            # adopted the attempt (it can watch it here): it is not ours to kill.
+            self.attempts.hand_over(run)
+            self.settler.note(run.claim, "handed-over", now, to=holder.owner)
+            log.warning(
+                "lost the lease of %s to %s on this host; it watches attempt %d now",
+                run.body.id,
+                holder.owner,
+                run.claim.task.attempt,
+            )
+            return
+        run.lost = True
+        run.notes.append("lease lost")
+        self.settler.note(run.claim, "lease-lost", now)
+        log.warning("lost the lease of %s; killing attempt %d", run.body.id, run.claim.task.attempt)
+        self.attempts.signal(run, signal.SIGKILL, mono)
+
+    def _holder(self, held: ClaimName) -> ClaimName | None:
+        """Who holds this attempt's claim now, if anyone does."""
+        prefix = f"{held.task}_"
+        for entry in fsutil.listdir(self.spool.claimed):
+            if entry.startswith(prefix):
+                try:
+                    return ClaimName.parse(entry)
+                except ValueError:
+                    continue
+        return None
+
+    def stop_for_cancel(self, run: Running, mono: int) -> None:
+        """Cancelled while running: TERM the process group, KILL after the grace.
+
+        The claim stays ours (phase cancelling, still renewed); when the
+        attempt ends, the task goes to cancelled/.
+        """
+        run.notes.append("cancelled while running")
+        log.info("cancelling %s: stopping attempt %d", run.body.id, run.claim.task.attempt)
+        if run.term_sent is None:
+            self.attempts.signal(run, signal.SIGTERM, mono)
+
+    def scan(self, now: int, mono: int, trusted: bool, mine: set[str]) -> None:
+        """Take back claims whose daemon is gone (this host) or whose lease expired.
+
+        Expired leases are judged only while we trust our clock. `mine` are
+        the ids of claims this daemon holds (running or prepared).
+        """
+        for entry in fsutil.listdir(self.spool.claimed):
+            if stray(entry):
+                continue
+            path = os.path.join(self.spool.claimed, entry)
+            try:
+                held = ClaimName.parse(entry)
+            except ValueError:
+                self.settler.quarantine(path, "not a claim file name", now)
+                continue
+            if held.task.id in mine:
+                continue
+            if held.host == self.owner.host and (
+                held.pid == self.owner.pid or not self._owner_alive(held.owner)
+            ):
+                self._take(held, now, mono, "its daemon is gone")
+            elif trusted and self.clock.may_start(held.expiry, now):
+                self._take(held, now, mono, "its lease expired")
+
+    def _owner_alive(self, owner: str) -> bool:
+        if status.owner_alive(self.spool.run, owner):
+            return True
+        status.forget(self.spool.run, owner)
+        return False
+
+    def _take(self, old: ClaimName, now: int, mono: int, why: str) -> None:
+        expiry = self.expiry(now)
+        try:
+            held = transitions.take_over(self.spool, old, self.owner, expiry, self.touched)
+        except FileNotFoundError:
+            return  # the owner renewed it, finished it, or another daemon was first
+        crash_point("daemon.taken-over")
+        log.info("took over %s from %s: %s", old.task.id, old.owner, why)
+        fields: dict[str, Any] = {"previous_owner": old.owner, "reason": why, "phase": old.phase}
+        self.settler.note(held, "taken-over", now, **fields)
+        if held.phase == "claimed":
+            self.settler.release(held, now, "claimed but never started")
+            return
+        body = self._read_body(transitions.claim_path(self.spool, held), now)
+        if body is not None:
+            self._adopt(held, body, old, now, mono)
+
+    def _read_body(self, path: str, now: int) -> TaskBody | None:
+        try:
+            return self.spool.read_body(path)
+        except CorruptFile as e:
+            self.settler.quarantine(path, str(e), now)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.settler.quarantine(path, f"unreadable: {e.strerror}", now)
+        return None
+
+    def _adopt(self, held: ClaimName, body: TaskBody, old: ClaimName, now: int, mono: int) -> None:
+        """Watch an orphaned attempt to its end, or settle one that ended."""
+        log_dir = self.spool.log_dir(body.id)
+        attempt = held.task.attempt
+        if not os.path.exists(runner.status_path(log_dir, attempt)):
+            # The status file is created before the spawn: this attempt never ran.
+            self.settler.settle_unbegun(held, now, "never spawned")
+            return
+        start = _start_record(log_dir, attempt)
+        run = Running(held, body, _live_pid(start), mono, adopted=True)
+        if body.timeout is not None and start is not None:
+            run.started_mono -= max(0, now - parse_when(str(start["time"]), 0))
+        # The supervisor's lock is only meaningful on its own host: a lock
+        # taken over a shared filesystem proves nothing.
+        if old.host == self.owner.host and runner.supervisor_alive(log_dir, attempt):
+            self.attempts.add_adopted(run, None if start is None else start.get("proc_start"))
+            if held.phase == "cancelling":
+                self.stop_for_cancel(run, mono)
+            self.settler.note(held, "adopted", now, previous_owner=old.owner, pid=run.pid)
+            log.info("adopted running attempt %d of %s from %s", attempt, body.id, old.owner)
+            return
+        self._settle_orphan(run, old, log_dir, now)
+
+    def _settle_orphan(self, run: Running, old: ClaimName, log_dir: str, now: int) -> None:
+        """An orphan no longer running here: it never began, ended, or was lost."""
+        attempt, task_id = run.claim.task.attempt, run.body.id
+        began, code = runner.read_supervisor(log_dir, attempt)
+        if not began:
+            # Its daemon died between creating the status file and the spawn.
+            self.settler.settle_unbegun(run.claim, now, "never began")
+            return
+        if code is None and old.host != self.owner.host:
+            run.notes.append(
+                f"lost: {old.owner}'s lease expired with the attempt in flight; "
+                "it may have run in part, or still run there"
+            )
+            log.warning("attempt %d of %s was lost with %s's lease", attempt, task_id, old.owner)
+        elif code is None:
+            run.notes.append("lost: in flight when its daemon died; it may have run in part")
+            log.warning("attempt %d of %s was lost with its daemon", attempt, task_id)
+        else:
+            run.notes.append(
+                f"ended while no daemon watched; status recorded by {old.owner}'s child"
+            )
+        self.settler.ended(run, code, now, None)
+
+    def settle_adopted(self, task_id: str, now: int) -> None:
+        """An adopted attempt whose pidfd fired, or whose poll came round: ended yet?"""
+        run = self.attempts.adopted.get(task_id)
+        log_dir = self.spool.log_dir(task_id)
+        if run is None or not self.attempts.adopted_ended(log_dir, task_id):
+            return
+        code = runner.read_status(log_dir, run.claim.task.attempt)
+        if code is None:
+            run.notes.append("supervisor died without recording a status")
+        self.settler.ended(run, code, now, None)
+
+
+def _start_record(log_dir: str, attempt: int) -> dict[str, Any] | None:
+    found = None
+    for record in journal.read(log_dir):
+        if record["event"] == "start" and record.get("attempt") == attempt:
+            found = record
+    return found
+
+
+def _live_pid(start: dict[str, Any] | None) -> int | None:
+    """The orphan's pid if the same process (by start time) still has it."""
+    if start is None or not isinstance(start.get("pid"), int):
+        return None
+    pid = start["pid"]
+    if runner.proc_start_time(pid) != start.get("proc_start"):
+        return None
+    return int(pid)

@@ -1,0 +1,367 @@
+"""Start one attempt: a supervised child in its own session, output to logs/.
+
+Each attempt runs under a minimal sh supervisor in a new session (so the
+whole process group can be signalled). The supervisor holds an flock()ed
+status file open on fd 3 while the command runs and writes the command's
+exit status into it when it ends. The lock and the status outlive the
+daemon: a restarted daemon can tell a live orphan (the lock is held) from a
+finished one (status written) from a lost one (neither), and so never runs
+an attempt twice merely because the daemon crashed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import functools
+import os
+import pwd
+import signal
+import stat
+import subprocess
+from dataclasses import dataclass
+
+from taskq.spool.runas import RunAs
+from taskq.spool.task import TaskBody, TaskName
+from taskq.times.timespec import format_iso
+
+# $1 is the status descriptor's number (3 when posix_spawn put it there; as
+# inherited otherwise), $2 the working directory, $3 the umask ("-": keep the
+# daemon's), the rest the command. The
+# command does not inherit the status descriptor, so only the supervisor
+# holds the status lock. The supervisor catches SIGTERM (sent to the whole
+# group on timeout or cancel) so that it outlives the command and records
+# how it ended; a caught signal reverts to its default in the command, which
+# sees the TERM as usual. SIGKILL ends both. It writes "S" before anything
+# else: an empty status file, unlocked, is an attempt that never began (its
+# daemon died between creating it and the spawn).
+SUPERVISOR = (
+    'trap : TERM; [ "$1" = 3 ] || eval "exec 3>&$1 $1>&-"; shift; echo S >&3; '
+    'cd -- "$1" || { echo 126 >&3; exit 126; }; shift; '
+    '[ "$1" = - ] || umask "$1" || { echo 126 >&3; exit 126; }; shift; '
+    '"$@" 3>&-; s=$?; echo $s >&3; exit $s'
+)
+SH = "/bin/sh"
+
+
+def out_path(log_dir: str, attempt: int) -> str:
+    return f"{log_dir}/{attempt}.out"
+
+
+def status_path(log_dir: str, attempt: int) -> str:
+    return f"{log_dir}/{attempt}.status"
+
+
+@dataclass
+class Spawned:
+    """A started attempt: the supervisor's pid (also its process group)."""
+
+    pid: int
+    proc_start: int | None
+
+
+@functools.cache
+def _identity(uid: int) -> dict[str, str]:
+    """HOME, USER, LOGNAME and SHELL for a user, as login would set them."""
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return {"SHELL": SH}
+    return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name, "SHELL": SH}
+
+
+def task_env(
+    body: TaskBody, name: TaskName, spool_root: str, run_at: int, user: RunAs | None = None
+) -> dict[str, str]:
+    """The child's environment: the body's env, identity, and TASKQ_* facts.
+
+    Recorded variables never decide whom the task runs as (the owner of its
+    file does); for another user's task the passwd entry's HOME, USER and
+    LOGNAME, and SHELL=/bin/sh, replace what the body recorded. PATH is the
+    body's (recorded, or the default). TASKQ_* are always the daemon's.
+    """
+    env = dict(body.env)
+    if user is not None and user.switch:
+        # Another user's task: its identity, not the daemon's, as login would set it.
+        ident = {"HOME": user.home, "USER": user.name, "LOGNAME": user.name, "SHELL": SH}
+        env.update(ident)
+    for k, v in _identity(os.getuid()).items():
+        env.setdefault(k, v)
+    env.update(
+        TASKQ_ID=body.id,
+        TASKQ_ATTEMPT=str(name.attempt),
+        TASKQ_RUN_AT=format_iso(run_at),  # as submitted or rescheduled; same for every retry
+        TASKQ_DUE_AT=format_iso(name.run_at),  # this attempt's due time (later on a retry)
+        TASKQ_QUEUE=body.queue,
+        TASKQ_SPOOL=spool_root,
+    )
+    return env
+
+
+def spawn(
+    body: TaskBody, name: TaskName, log_dir: str, env: dict[str, str], user: RunAs | None = None
+) -> Spawned:
+    """Start the attempt; the status file is locked before the child exists.
+
+    No Python runs between fork and exec: posix_spawn for our own tasks,
+    subprocess (whose child side is C) to run another user's. The log
+    directory exists (ownership.bind made it).
+    """
+    status_fd = _lock_status(status_path(log_dir, name.attempt))
+    try:
+        out_fd = _fresh(out_path(log_dir, name.attempt), os.O_WRONLY | os.O_APPEND)
+    except BaseException:
+        os.close(status_fd)
+        raise
+    in_fd = _stdin_fd(body.stdin)
+    try:
+        if user is not None and user.switch:
+            # The owner may read its attempt's output and status. Through the
+            # open descriptors: a name could be swapped for a link meanwhile.
+            # The directory and the journal stay the daemon's.
+            os.fchown(out_fd, user.uid, user.gid)
+            os.fchown(status_fd, user.uid, user.gid)
+            return _spawn_as(user, body, env, in_fd, out_fd, status_fd)
+        argv = [SH, "-c", SUPERVISOR, "taskq-attempt", "3", body.cwd, _umask(body), *body.argv]
+        pid = os.posix_spawn(
+            SH,
+            argv,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, in_fd, 0),
+                (os.POSIX_SPAWN_DUP2, out_fd, 1),
+                (os.POSIX_SPAWN_DUP2, out_fd, 2),
+                (os.POSIX_SPAWN_DUP2, status_fd, 3),
+            ],
+            setsid=True,
+            setsigdef=_DEFAULT_SIGNALS,
+        )
+    finally:
+        for fd in (status_fd, out_fd, in_fd):
+            os.close(fd)
+    return Spawned(pid, proc_start_time(pid))
+
+
+def _umask(body: TaskBody) -> str:
+    """The supervisor's umask argument: the recorded mask in octal, or '-' for none."""
+    return "-" if body.umask is None else f"{body.umask:04o}"
+
+
+class AttemptBusy(OSError):
+    """Another supervisor holds this attempt's status lock: our claim is stale."""
+
+
+class AttemptUsed(OSError):
+    """This attempt's files hold output already: it ran (perhaps under a forged id)."""
+
+
+def _fresh(path: str, flags: int) -> int:
+    """Open an attempt's file, created now or left empty by a start that never began.
+
+    Never through a link, never a FIFO or a device, never a file that holds
+    anything: an attempt never appends to another's output (AttemptUsed).
+    """
+    fd = _open_attempt_file(path, flags)
+    if os.fstat(fd).st_size:
+        os.close(fd)
+        raise AttemptUsed(errno.EEXIST, "the attempt's files exist and are not empty", path)
+    return fd
+
+
+def _open_attempt_file(path: str, flags: int) -> int:
+    """Create an attempt's file, or open the one there if it is a plain file (one link)."""
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        raise AttemptUsed(errno.EEXIST, "the attempt's file is not a plain file", path)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
+def _lock_status(path: str) -> int:
+    """Open and lock a fresh attempt's status file, never blocking.
+
+    A held lock means this attempt runs already under another daemon, which
+    took our claim over while we were paused: we must not start it, nor
+    touch its status. A status that is not empty (and not locked) is an
+    attempt that ran: AttemptUsed.
+    """
+    fd = _open_attempt_file(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AttemptBusy(errno.EBUSY, "another daemon runs this attempt", path) from None
+    if os.fstat(fd).st_size:
+        os.close(fd)
+        raise AttemptUsed(errno.EEXIST, "the attempt's status is not empty", path)
+    return fd
+
+
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
+
+
+def _spawn_as(
+    user: RunAs, body: TaskBody, env: dict[str, str], in_fd: int, out_fd: int, status_fd: int
+) -> Spawned:
+    """Start another user's attempt: new session, its groups, gid and uid, all in C."""
+    slot = status_slot()
+    os.dup2(status_fd, slot, inheritable=False)  # sh names descriptors 0-9 only
+    argv = [SH, "-c", SUPERVISOR, "taskq-attempt", str(slot), body.cwd, _umask(body), *body.argv]
+    try:
+        child = _popen_as(user, argv, env, in_fd, out_fd, slot)
+    finally:
+        os.dup2(_devnull(), slot, inheritable=False)  # the slot lets go of the status lock
+    # The daemon reaps its children itself (waitpid(-1)); mark this one as
+    # settled so that subprocess never reaps it behind the daemon's back.
+    child.returncode = 0
+    return Spawned(child.pid, proc_start_time(child.pid))
+
+
+@functools.cache
+def status_slot() -> int:
+    """A descriptor number below 10 reserved (on /dev/null) for handing over status files.
+
+    Only the loop's thread spawns, and the slot is never free, so no other
+    thread's open() can land on it between the dup2 and the spawn.
+    """
+    for fd in range(9, 3, -1):
+        try:
+            fcntl.fcntl(fd, fcntl.F_GETFD)
+        except OSError:
+            os.dup2(_devnull(), fd, inheritable=False)
+            return fd
+    raise OSError(errno.EMFILE, "no descriptor below 10 is free for an attempt's status")
+
+
+def _popen_as(
+    user: RunAs, argv: list[str], env: dict[str, str], in_fd: int, out_fd: int, slot: int
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv,
+        executable=SH,
+        stdin=in_fd,
+        stdout=out_fd,
+        stderr=out_fd,
+        pass_fds=(slot,),
+        close_fds=True,
+        start_new_session=True,
+        env=env,
+        user=user.uid,
+        group=user.gid,
+        extra_groups=list(user.groups),
+        restore_signals=True,
+    )
+
+
+def _stdin_fd(data: bytes | None) -> int:
+    """An fd reading the payload from its start, or /dev/null."""
+    if data is None:
+        return os.dup(_devnull())
+    fd = os.memfd_create("taskq-stdin", os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+@functools.cache
+def _devnull() -> int:
+    """One /dev/null descriptor for the daemon's life; each child gets a dup."""
+    return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (guards pid reuse)."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        stat = os.read(fd, 4096)  # three system calls where open() makes nine
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    # The command name may contain spaces and parentheses; fields follow the last ')'.
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
+
+
+def kill_group(pid: int, sig: int) -> None:
+    """Signal an attempt's whole process group; a vanished group is fine."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def supervisor_alive(log_dir: str, attempt: int) -> bool:
+    """Tell whether an attempt's supervisor still runs (holds the status lock)."""
+    try:
+        fd = os.open(status_path(log_dir, attempt), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def read_status(log_dir: str, attempt: int) -> int | None:
+    """The exit status the supervisor recorded, or None if it recorded none."""
+    return read_supervisor(log_dir, attempt)[1]
+
+
+def read_supervisor(log_dir: str, attempt: int) -> tuple[bool, int | None]:
+    """(whether the supervisor began, the exit status it recorded if any)."""
+    try:
+        with open(status_path(log_dir, attempt), "rb") as f:
+            lines = f.read(64).split()
+    except FileNotFoundError:
+        return False, None
+    began = b"S" in lines
+    code = int(lines[-1]) if lines and lines[-1].isdigit() else None
+    return began or code is not None, code
+
+
+def close_on_exec_all() -> None:
+    """Mark every open descriptor close-on-exec, once, after start-up.
+
+    Ours are already; a library's may not be (watchdog's inotify descriptor
+    is not), and posix_spawn, unlike subprocess, closes nothing by itself.
+    """
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return  # no /proc: nothing to sweep with; our own descriptors are CLOEXEC
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+                os.set_inheritable(fd, False)
+
+
+def watch_exit(pid: int, proc_start: int | None) -> int | None:
+    """A pidfd that becomes readable when process pid (started at proc_start) ends.
+
+    None when the process is already gone or is another process by now (the
+    pid was reused): then there is nothing to wait for.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    if proc_start is None or proc_start_time(pid) != proc_start:
+        os.close(fd)
+        return None
+    return fd

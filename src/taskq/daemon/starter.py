@@ -1,0 +1,184 @@
+"""Starting prepared attempts at their instant: wait, confirm the claim, spawn, journal.
+
+A prepared task's start is already durable. At its instant the starter
+waits to the exact microsecond the clock allows (never before; a wall-clock
+step while waiting is measured again first), confirms that the claim is
+still ours, spawns the attempt under its supervisor and journals the start.
+A spool that cannot take the attempt's files (full, read-only) puts the
+task back and pauses dispatching; any other failure to start is a failed
+attempt with status 127.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from taskq.client import fence
+from taskq.daemon import runner
+from taskq.daemon.attempts import Attempts, Prepared, Running
+from taskq.daemon.crew import Crew, Part
+from taskq.spool import fsutil, journal, ownership, transitions
+from taskq.spool.faults import crash_point
+from taskq.times.timespec import MS, SECOND, format_duration, format_iso
+
+log = logging.getLogger("taskq")
+
+SPIN = 2 * MS  # a prepared task due sooner than this is waited for in place
+FULL_PAUSE = 5 * SECOND  # no dispatching this long after the spool was full
+
+
+class Starter(Part):
+    """Turns prepared claims into running attempts, at their instant."""
+
+    def __init__(
+        self,
+        crew: Crew,
+        attempts: Attempts,
+        remeasure: Callable[[str], None],
+        on_start: Callable[[int, int], None] = lambda lateness, now: None,
+    ) -> None:
+        super().__init__(crew)
+        self.attempts = attempts
+        self.remeasure = remeasure  # measure the clock again (after a step)
+        self.on_start = on_start  # an attempt started: (lateness, now), for the metrics
+        self.paused_until = 0  # monotonic µs: no dispatching before (the spool was full)
+
+    def start_due(self, prepared: list[Prepared]) -> list[Prepared]:
+        """Spawn the prepared tasks that are due; return the rest for a later turn.
+
+        A task due within SPIN of now is waited for here, to the exact
+        instant; one due later goes back to the loop, which sleeps until it
+        while still reaping children and hearing signals and the doorbell.
+        """
+        later = []
+        for ready in prepared:
+            run_at = ready.claim.task.run_at
+            if self.clock.earliest_start(run_at) - self.clock.now() > SPIN:
+                later.append(ready)
+                continue
+            self._wait_until_due(run_at)
+            confirmed = self._still_ours(ready)
+            if confirmed is not None:
+                self._spawn(confirmed)
+        return later
+
+    def _wait_until_due(self, run_at: int) -> None:
+        """Sleep to the exact instant a prepared task may start, never before it.
+
+        A wall-clock step while we wait counts at once (Clock.earliest_start
+        follows it); we measure against the spool again before starting.
+        """
+        while True:
+            if self.clock.stepped():
+                self.remeasure("the wall clock stepped; ")
+            now = self.clock.now()
+            if self.clock.may_start(run_at, now):
+                return
+            time.sleep((self.clock.earliest_start(run_at) - now) / SECOND)
+
+    def _still_ours(self, ready: Prepared) -> Prepared | None:
+        """Check, at the instant of the start, that the claim is still ours.
+
+        Soon after the start rename a look suffices (a takeover needs the lease
+        to run out). Later (a daemon paused, a long wait) the claim is renewed
+        by rename, which fails if it was taken or cancelled meanwhile; a look
+        could be fooled by a shared filesystem's cached names.
+        """
+        now = self.clock.now()
+        if self.clock.mono() - ready.mono < self.lease // 3:
+            if os.path.exists(transitions.claim_path(self.spool, ready.claim)):
+                return ready
+        else:
+            try:
+                claim = transitions.renew(
+                    self.spool, ready.claim, self.expiry(now), self.commit.touched
+                )
+                return Prepared(claim, ready.body, ready.user, self.clock.mono())
+            except FileNotFoundError:
+                pass
+        # Cancelled (or taken) in the moment since we prepared it.
+        self.settler.vanished_before_start(ready.claim, now)
+        return None
+
+    def _spawn(self, ready: Prepared) -> None:
+        held, body = ready.claim, ready.body
+        log_dir = self.spool.log_dir(body.id)
+        scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
+        env = runner.task_env(body, held.task, self.spool.root, scheduled, ready.user)
+        env.update(fence.environment(held))  # TASKQ_FENCE, from the claim as started
+        now = self.clock.now()
+        try:
+            if not self._owns_id(ready, log_dir, now):
+                return
+            child = runner.spawn(body, held.task, log_dir, env, ready.user)
+            crash_point("daemon.spawned")
+        except runner.AttemptBusy:
+            self.settler.vanished_before_start(held, now)  # taken over while we were paused
+            return
+        except runner.AttemptUsed as e:  # never append to (or show) another attempt's output
+            reason = (
+                f"attempt {held.task.attempt} of {body.id} ran already ({e.filename} holds output)"
+            )
+            self.settler.quarantine(transitions.claim_path(self.spool, held), reason, now)
+            return
+        except OSError as e:
+            self._failed(ready, e, now)
+            return
+        lateness = now - held.task.run_at
+        self.on_start(lateness, now)
+        journal.append(
+            log_dir,
+            "start",
+            now,
+            attempt=held.task.attempt,
+            host=self.owner.host,
+            pid=child.pid,
+            proc_start=child.proc_start,
+            daemon_pid=self.owner.pid,
+            run_at=format_iso(held.task.run_at),
+            lateness=lateness / SECOND,
+            fence=int(env["TASKQ_FENCE"]),
+        )
+        self.attempts.add_child(Running(held, body, child.pid, self.clock.mono()))
+        log.info(
+            "started %s attempt %d pid %d lateness %s",
+            body.id,
+            held.task.attempt,
+            child.pid,
+            format_duration(lateness),
+        )
+
+    def _owns_id(self, ready: Prepared, log_dir: str, now: int) -> bool:
+        """Whether the task's file owner may run under its id (ownership.bind); if not, quarantine.
+
+        Else a member could copy another's id into a task of his own and run
+        it with the other's log directory: read their output, add to their journal.
+        """
+        first = ownership.bind(log_dir, ready.user.uid)
+        if first == ready.user.uid:
+            return True
+        path = transitions.claim_path(self.spool, ready.claim)
+        uid = ready.user.uid
+        reason = f"id {ready.body.id} belongs to uid {first}, who ran it first, not to uid {uid}"
+        self.settler.quarantine(path, reason, now)
+        return False
+
+    def _failed(self, ready: Prepared, e: OSError, now: int) -> None:
+        """No room to start (disk full, read-only): put it back and pause; else a failure."""
+        if e.errno in fsutil.TEMPORARY_ERRNOS:
+            # Not a failed attempt: the task returns to pending unchanged, and
+            # dispatching pauses a while; it runs once the spool can be written.
+            self.settler.release(ready.claim, now, f"cannot start: {e.strerror}")
+            self.paused_until = self.clock.mono() + FULL_PAUSE
+            pause = format_duration(FULL_PAUSE)
+            log.error(
+                "cannot start %s: %s; pausing dispatch for %s", ready.body.id, e.strerror, pause
+            )
+            return
+        log.error("cannot start %s: %s", ready.body.id, e)
+        self.settler.note(ready.claim, "spawn-failed", now, error=str(e))
+        self.settler.on_attempt_end(127)
+        self.settler.after_attempt(ready.claim, ready.body, 127, now)

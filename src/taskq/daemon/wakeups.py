@@ -1,0 +1,191 @@
+"""What wakes the daemon's loop: signals, the doorbell, children, and time.
+
+Signal handlers only set flags and write to a self-pipe (Python's wakeup
+fd); the loop does the work. Submitters on this host touch the doorbell,
+which inotify (through watchdog) turns into a byte on a pipe. Submitters on
+other hosts of a shared filesystem are invisible to inotify, so the loop
+also stats the doorbell every `poll` interval and treats a changed stamp as
+a ring: one stat, not a rescan, per interval. Other descriptors (pidfds of
+adopted attempts) can be registered to wake the loop too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from taskq.times.timespec import SECOND
+
+log = logging.getLogger("taskq")
+
+
+class Wakeups:
+    """The loop's one place to sleep, and the flags that signals set."""
+
+    def __init__(self, doorbell: str, poll: int, mono: Callable[[], int]) -> None:
+        self.doorbell = doorbell
+        self.poll = poll  # µs between doorbell stats; 0 turns polling off
+        self.mono = mono
+        self.stop_requested = False
+        self.hup = False
+        self.continued = 0  # SIGCONTs seen: the process was stopped, then let go on
+        self.sel = selectors.DefaultSelector()
+        self._bell_w = -1
+        self._stamp = self._bell_stamp()
+        self._next_poll = 0
+        self._observer: Any = None
+
+    def install(self) -> None:
+        """Route signals and the doorbell to the selector."""
+        sig_r, sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        bell_r, self._bell_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(sig_w, warn_on_full_buffer=False)
+        self.sel.register(sig_r, selectors.EVENT_READ, "signal")
+        self.sel.register(bell_r, selectors.EVENT_READ, "doorbell")
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_hup)
+        signal.signal(signal.SIGCONT, self._on_cont)
+        self._observer = _watch(self.doorbell, self._bell_w)
+
+    def close(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+
+    def _on_hup(self, signum: int, _frame: Any) -> None:
+        self.hup = True
+
+    def _on_cont(self, signum: int, _frame: Any) -> None:
+        self.continued += 1
+
+    def _on_stop(self, signum: int, _frame: Any) -> None:
+        self.stop_requested = True
+
+    def watch(self, fd: int, key: object) -> None:
+        """Wake the loop when fd becomes readable (a pidfd: its process ended)."""
+        self.sel.register(fd, selectors.EVENT_READ, key)
+
+    def unwatch(self, fd: int) -> None:
+        self.sel.unregister(fd)
+
+    def wait(self, timeout: float) -> tuple[bool, list[object]]:
+        """Sleep up to timeout seconds; return (doorbell rang, other keys ready).
+
+        Polls of the doorbell that find it unchanged do not end the sleep, so
+        an idle daemon costs one open() and fstat() per poll, not a loop turn.
+        """
+        began = self.mono()
+        deadline = began + round(timeout * SECOND)
+        while True:
+            left = max(0, deadline - self.mono())
+            if self.poll > 0:
+                left = min(left, max(0, self._next_poll - self.mono()))
+            rang, ready = self._select(left / SECOND)
+            rang = self._polled() or rang
+            now = self.mono()
+            # A monotonic clock that went back (it must not; libfaketime and some
+            # VMs do) ends the sleep too: the loop re-arms its timers.
+            if rang or ready or self.stop_requested or self.hup or not began <= now < deadline:
+                return rang, ready
+
+    def _select(self, timeout: float) -> tuple[bool, list[object]]:
+        rang, ready, woke = False, [], False
+        for key, _ in self.sel.select(timeout):
+            woke = True
+            if key.data == "doorbell" or key.data == "signal":
+                _drain(key.fd)
+                rang = rang or key.data == "doorbell"
+            else:
+                ready.append(key.data)
+        if woke and not (rang or ready):
+            ready.append("signal")  # a signal (SIGCHLD): the loop has work
+        return rang, ready
+
+    def _polled(self) -> bool:
+        """Stat the doorbell if it is time: another host's submitter may have rung it."""
+        if self.poll <= 0 or self.mono() < self._next_poll:
+            return False
+        self._next_poll = self.mono() + self.poll
+        stamp = self._bell_stamp()
+        changed = stamp != self._stamp
+        self._stamp = stamp
+        return changed
+
+    def _bell_stamp(self) -> tuple[int, int, int] | None:
+        # open()+fstat() rather than stat(): an NFS client revalidates its
+        # cached attributes on open (close-to-open consistency).
+        try:
+            fd = os.open(self.doorbell, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+_NOT_A_RING = frozenset({"opened", "closed", "closed_no_write"})
+
+
+def _watch(bell: str, wake_fd: int) -> Any:
+    """Write to wake_fd when the doorbell is touched on this host (inotify, via watchdog)."""
+    import watchdog.events
+    from watchdog.events import (
+        FileClosedEvent,
+        FileCreatedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+        FileSystemEvent,
+        FileSystemEventHandler,
+    )
+    from watchdog.observers import Observer
+
+    class Bell(FileSystemEventHandler):
+        def on_any_event(self, event: FileSystemEvent) -> None:
+            # Opening and closing it (our own polling does) is not a ring.
+            if event.event_type in _NOT_A_RING:
+                return
+            if os.fsdecode(event.src_path) == bell:
+                try:
+                    os.write(wake_fd, b"!")
+                except BlockingIOError:
+                    pass  # the loop has a wake-up pending already
+
+    observer = Observer()
+    observer.daemon = True
+    # Only what a ring does: created, touched (attrib or modified), moved in.
+    # Without the filter inotify would also report opens and closes, and our
+    # own doorbell polling would cost the watching thread a wake-up each time.
+    rings: list[type[FileSystemEvent]] = [
+        FileCreatedEvent,
+        FileModifiedEvent,
+        FileMovedEvent,
+        FileClosedEvent,
+    ]
+    if (attrib := getattr(watchdog.events, "FileAttribEvent", None)) is not None:
+        rings.append(attrib)  # touch(1), utime(): watchdog 5 and later report them so
+    directory = os.path.dirname(bell)
+    try:
+        observer.schedule(Bell(), directory, recursive=False, event_filter=rings)
+    except TypeError:  # watchdog before 4.0 has no event_filter
+        observer.schedule(Bell(), directory, recursive=False)
+    try:
+        observer.start()
+    except OSError as e:
+        log.warning("cannot watch the doorbell (%s); relying on polling and rescans", e)
+        return None
+    return observer

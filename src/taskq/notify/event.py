@@ -1,0 +1,92 @@
+"""The JSON event of an ended task, as hooks and mail see it; pure, from the journal.
+
+One object per task that ended (done, failed, cancelled): its id, state,
+why, the last attempt's exit status or signal, host, lateness and
+duration, how many attempts started, when it was due, and where its logs
+are. Everything comes from the task's name, body and journal records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from taskq.spool import journal
+from taskq.spool.task import TaskBody, TaskName
+from taskq.times.timespec import format_iso
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A task that reached an end state: its name, that state and its file there."""
+
+    name: TaskName
+    state: str  # done, failed or cancelled
+    path: str
+    reason: str | None = None  # why, when the mover knows (a dependency's end)
+    body: TaskBody | None = None  # when the mover has it at hand (saves the teller a read)
+
+
+def build(
+    ended: Ended, body: TaskBody | None, records: list[dict[str, Any]], log_dir: str, now: int
+) -> dict[str, Any]:
+    """The event object (documented in taskq-spool(5), NOTIFICATIONS)."""
+    starts = [r for r in records if r["event"] == "start"]
+    ends = [r for r in records if r["event"] == "end"]
+    start = starts[-1] if starts else {}
+    end = ends[-1] if ends else {}
+    attempt = start.get("attempt")
+    output = os.path.join(log_dir, f"{attempt}.out") if attempt else None
+    return {
+        "event": "ended",
+        "id": ended.name.id,
+        "state": ended.state,
+        "expired": journal.expired(records),
+        "reason": ended.reason or _reason(records),
+        "queue": ended.name.queue,
+        "command": body.argv if body else None,
+        "exit_status": end.get("exit_status"),
+        "signal": end.get("signal"),
+        "attempts": len(starts),
+        "host": start.get("host"),
+        "run_at": start.get("run_at", format_iso(ended.name.run_at)),
+        "started_at": start.get("time"),
+        "lateness": start.get("lateness"),
+        "duration": end.get("duration"),
+        "ended_at": format_iso(now),
+        "submitted_at": format_iso(body.submitted_at) if body else None,
+        "log_dir": log_dir,
+        "output": output,
+        "journal": os.path.join(log_dir, journal.JOURNAL),
+        "path": ended.path,
+    }
+
+
+def _reason(records: list[dict[str, Any]]) -> str | None:
+    for r in reversed(records):
+        if r["event"] in ("dead", "cancelled") and isinstance(r.get("reason"), str):
+            return str(r["reason"])
+        if r["event"] == "expired":
+            return "expired"
+    return None
+
+
+def summary(doc: dict[str, Any]) -> str:
+    """One line: id, state and how, e.g. "01H... failed (exit status 7)"."""
+    how = ""
+    if doc["expired"]:
+        how = " (expired)"
+    elif doc["signal"] is not None:
+        how = f" (killed by signal {doc['signal']})"
+    elif doc["exit_status"] is not None and doc["state"] != "done":
+        how = f" (exit status {doc['exit_status']})"
+    elif doc["reason"] and doc["state"] != "done":
+        how = f" ({doc['reason']})"
+    return f"{doc['id']} {doc['state']}{how}"
+
+
+def json_line(doc: dict[str, Any]) -> str:
+    """The event as one line of JSON, as a hook reads it on standard input."""
+    return json.dumps(doc, separators=(",", ":")) + "\n"

@@ -1,0 +1,143 @@
+"""Exporting the daemon's metrics: a thread that counts the spool and writes a textfile; HTTP.
+
+Counting a spool of a million tasks takes a while, and the loop must never
+wait for it: a loop held up past a lease renewal gets its attempts taken
+over and killed. So this module's own thread asks for a count every EVERY
+and hands the report to Metrics; the counting itself, `taskq stats`'s code,
+runs in a child process (counting.py), where its CPU cannot hold the
+interpreter's lock against the loop. The same thread then writes the node_exporter textfile
+(--metrics-file): rendered by prometheus_client, written to a temporary
+name beside it and renamed over it, so a reader sees the old file or the
+new one, never half of one. It is mode 0644: node_exporter runs as
+another user. With --metrics-listen, prometheus_client's HTTP server
+answers scrapes from its own thread, rendering the same figures; a scrape
+never counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import generate_latest, start_http_server
+
+from taskq.observe.counting import Counter
+from taskq.observe.metrics import Metrics
+from taskq.spool import fsutil
+from taskq.spool.layout import Spool
+from taskq.times.timespec import SECOND
+
+log = logging.getLogger("taskq")
+
+EVERY = 5 * SECOND  # between the end of one count and the start of the next
+MODE = 0o644
+
+
+class Exporter:
+    """Counts the spool every EVERY, writes the textfile, and serves HTTP if asked."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        spool: Spool,
+        host: str,
+        wall: Callable[[], int],
+        path: str | None,
+        listen: tuple[str, int] | None,
+    ) -> None:
+        self.metrics = metrics
+        self.counter = Counter(spool.root, host)
+        self.wall = wall
+        self.path = path
+        self.listen = listen
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="taskq-metrics", daemon=True)
+        self._server: Any = None
+        self._started = False
+        self._last_error = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.path is not None or self.listen is not None
+
+    def start(self) -> None:
+        """Listen (if asked) and start counting; a port that cannot be had is an error."""
+        if not self.enabled:
+            return
+        self._started = True
+        if self.listen is not None:
+            addr, port = self.listen
+            try:
+                self._server, _ = start_http_server(port, addr, self.metrics.registry)
+            except OSError as e:
+                raise fsutil.as_taskq_error(e, f"cannot serve metrics on {addr}:{port}") from None
+            log.info("serving metrics on http://%s:%d/metrics", addr, self._server.server_port)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop counting; write the file once more with the loop's last state."""
+        if not self._started:
+            return
+        self._stop.set()
+        self.metrics.stopped()
+        self.write()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.count()
+            except Exception as e:  # a bad count must not end the exports for good
+                self._warn(f"cannot count the spool's tasks: {e}")
+            self.write()
+            self._stop.wait(EVERY / SECOND)
+        self.counter.close()
+
+    def count(self) -> None:
+        """Have the spool counted as `taskq stats` does, and hand the report over."""
+        began = time.monotonic()
+        now = self.wall()
+        report = self.counter.count(now)
+        self.metrics.counted(report, now / SECOND, time.monotonic() - began)
+
+    def write(self) -> None:
+        """Replace the textfile atomically with the current figures; a failure is a warning."""
+        if self.path is None:
+            return
+        try:
+            _replace(self.path, generate_latest(self.metrics.registry))
+        except OSError as e:
+            self._warn(f"cannot write the metrics file {self.path}: {e.strerror or e}")
+            return
+        if self._last_error:
+            log.info("metrics exported again")
+            self._last_error = ""
+
+    def _warn(self, message: str) -> None:
+        if message != self._last_error:  # once per distinct problem, not every few seconds
+            log.warning("%s", message)
+        self._last_error = message
+
+
+def _replace(path: str, data: bytes) -> None:
+    """Write data under a temporary name beside path, then rename it over path."""
+    directory, name = os.path.split(os.path.abspath(path))
+    # A dot-name not ending in .prom: node_exporter never reads a half-written file.
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), MODE)
+            f.write(data)
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,124 @@
+"""What `taskq stats` reports: counts, the overdue backlog, lateness, daemons.
+
+Counts come from file names alone (state from the directory, queue from the
+name's last field), so they cost a listing of the spool, not a read of every
+task, and no name is parsed but those in due buckets and claimed/. A
+directory unchanged since the last stats is not even listed (dircounts.py). The
+lateness percentiles read the journals of the most recently finished tasks.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from taskq.observe import dircounts
+from taskq.observe.dircounts import DirCounts, queue_of, task_names
+from taskq.spool import fsutil, journal, pause
+from taskq.spool import rundir as status
+from taskq.spool.layout import STATES, Spool
+from taskq.spool.task import TaskName, bucket_of
+from taskq.times.timespec import SECOND, format_compact, format_iso, parse_compact
+
+RECENT = 500  # finished tasks whose attempts feed the lateness percentiles
+
+
+def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
+    """Gather the whole report as one JSON-able object."""
+    counts: dict[str, collections.Counter[str]] = {s: collections.Counter() for s in STATES}
+    overdue: collections.Counter[str] = collections.Counter()
+    oldest: dict[str, int] = {}
+    cache = DirCounts(spool.root, spool.run)
+    _count_pending(spool, now, cache, counts["pending"], overdue, oldest)
+    for state in ("claimed", "running", "cancelling"):
+        for found in spool.iter_state(state):
+            counts[state][found.name.queue] += 1
+    for day in fsutil.listdir(spool.done):
+        counts["done"].update(cache.count("done", day))
+    counts["failed"].update(cache.count("failed", ""))
+    counts["cancelled"].update(cache.count("cancelled", ""))
+    cache.save()
+    daemons = status.read_all(spool.run)
+    for record in daemons:
+        record["alive"] = status.record_alive(spool.run, record, local_host, now)
+    return {
+        "time": format_iso(now),
+        "counts": {s: dict(sorted(c.items())) for s, c in counts.items()},
+        "overdue": {
+            q: {
+                "count": n,
+                "oldest_run_at": format_iso(oldest[q]),
+                "oldest_age": (now - oldest[q]) / SECOND,
+            }
+            for q, n in sorted(overdue.items())
+        },
+        "overdue_total": sum(overdue.values()),
+        "oldest_overdue_age": (now - min(oldest.values())) / SECOND if oldest else None,
+        "lateness": _lateness(spool),
+        "daemons": daemons,
+        "paused": [p.to_doc() for p in pause.active(spool, now)],
+    }
+
+
+def _count_pending(
+    spool: Spool,
+    now: int,
+    cache: DirCounts,
+    into: collections.Counter[str],
+    overdue: collections.Counter[str],
+    oldest: dict[str, int],
+) -> None:
+    """Count pending tasks by queue; look closer only at buckets that are due.
+
+    A bucket after now's minute holds no overdue task, so it is only counted
+    (from the cache if it has not changed); the due buckets (few, unless
+    there is a backlog) are compared with now name by name, as names sort by
+    run_at.
+    """
+    current, now_compact = bucket_of(now), format_compact(now)
+    future: collections.Counter[str] = collections.Counter()  # count texts: most buckets share one
+    for bucket in spool.buckets():
+        if bucket > current:
+            future[cache.count_text("pending", bucket)] += 1
+            continue
+        for entry in sorted(task_names(spool.bucket_dir(bucket))):
+            queue = queue_of(entry)
+            into[queue] += 1
+            if entry[:23] <= now_compact:
+                overdue[queue] += 1
+                if queue not in oldest:
+                    oldest[queue] = parse_compact(entry[:23])
+    dircounts.sum_texts(future, into)
+
+
+def _lateness(spool: Spool) -> dict[str, Any]:
+    """Percentiles of the recorded lateness of recent attempts, in seconds."""
+    ids: list[str] = []
+    for day in reversed(fsutil.listdir(spool.done)):
+        for entry in reversed(fsutil.listdir(f"{spool.done}/{day}")):
+            try:
+                ids.append(TaskName.parse(entry).id)
+            except ValueError:
+                continue
+        if len(ids) >= RECENT:
+            break
+    ids = ids[:RECENT]
+    values = sorted(
+        float(r["lateness"])
+        for task_id in ids
+        for r in journal.read(spool.log_dir(task_id))
+        if r["event"] == "start" and isinstance(r.get("lateness"), int | float)
+    )
+    if not values:
+        return {"attempts": 0}
+
+    def pct(p: float) -> float:
+        return values[min(len(values) - 1, round(p * (len(values) - 1)))]
+
+    return {
+        "attempts": len(values),
+        "p50": pct(0.5),
+        "p90": pct(0.9),
+        "p99": pct(0.99),
+        "max": values[-1],
+    }

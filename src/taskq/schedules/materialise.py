@@ -1,0 +1,371 @@
+"""Turning schedules into tasks: the next occurrence always waits in pending/.
+
+One pass over a schedule (`advance`) does, in order:
+
+1. release a queued occurrence whose predecessor has ended (overlap=queue);
+2. catch up: slots that fell due with no task made for them (every daemon
+   was down) are run or skipped as --catchup says;
+3. judge overlap (or pause) for the next slot, GUARD before it: if the
+   occurrence before it is still running, skip it (cancel its task) or
+   queue it (move it to HELD_AT until the running one ends);
+4. top up: once the next slot is due, make a task for the one after it.
+
+Each occurrence is an ordinary task submitted with the key NAME@SLOT, so any
+number of daemons (and `taskq schedule add`) can run passes over one spool:
+the first to submit a slot creates its task, the others get that task back.
+Cancels and holds are compare-and-swap renames of a pending task, so a
+daemon that loses the race to a claim leaves the occurrence to run.
+The daemon calls `Materialiser.tick` from its loop; the CLI calls `advance`
+once after add and resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from dataclasses import dataclass
+
+from taskq.client import operations
+from taskq.client.submit import submit
+from taskq.errors import CorruptFile, NotFound, TaskqError
+from taskq.schedules.store import Schedule, State, Store, catchup_keep
+from taskq.spool import fsutil, journal, transitions
+from taskq.spool.layout import Spool
+from taskq.spool.task import ClaimName, TaskName
+from taskq.times.timespec import MAX_INSTANT, MS, SECOND, format_iso
+
+log = logging.getLogger("taskq")
+
+GUARD = SECOND  # overlap is judged this long before a slot (a quarter of shorter intervals)
+HELD_AT = MAX_INSTANT  # a queued occurrence waits here until the one before it ends
+REFRESH = 5 * SECOND  # passes at least this often: schedules added on other hosts
+HELD_POLL = 250 * MS  # how often a queued occurrence's predecessor is looked at
+RING_GAP = 200 * MS  # passes caused by the doorbell are at least this far apart
+BUSY_WAIT = SECOND  # a pass waits at most this long for prepared attempts to start
+LISTED = 10  # skipped slots journalled one by one; more are one range record
+
+
+@dataclass
+class Pass:
+    """What one pass over a schedule needs: the store, now, and the running task ids."""
+
+    store: Store
+    now: int
+    running: frozenset[str]
+
+    @property
+    def spool(self) -> Spool:
+        return self.store.spool
+
+
+def running_ids(spool: Spool) -> frozenset[str]:
+    """The ids of tasks in claimed/ (claimed, started, or being cancelled)."""
+    ids = set()
+    for entry in fsutil.listdir(spool.claimed):
+        try:
+            ids.add(ClaimName.parse(entry).task.id)
+        except ValueError:
+            continue
+    return frozenset(ids)
+
+
+def guard(sched: Schedule) -> int:
+    every = sched.spec.every
+    return min(GUARD, every // 4) if every else GUARD
+
+
+def advance(p: Pass, sched: Schedule) -> int | None:
+    """One pass over one schedule; the instant it next needs one (None: never)."""
+    state = p.store.state(sched.name, sched.since)
+    before = state.to_json()
+    if state.held is not None:
+        _release(p, sched, state)
+    if sched.paused:
+        _judge(p, sched, state, paused=True)
+    else:
+        _catch_up(p, sched, state)
+        _judge(p, sched, state, paused=False)
+        _top_up(p, sched, state)
+    if state.to_json() != before:
+        p.store.save_state(sched.name, state)
+    return _next_pass(p, sched, state)
+
+
+def _next_pass(p: Pass, sched: Schedule, state: State) -> int | None:
+    out = []
+    if state.held is not None:
+        out.append(p.now + HELD_POLL)
+    if state.cursor_task is not None and not state.checked:
+        out.append(state.cursor - guard(sched))
+    if not sched.paused and sched.spec.after(state.cursor) is not None:
+        out.append(state.cursor)
+    return min(out) if out else None
+
+
+# -- the steps ---------------------------------------------------------------
+
+
+def _catch_up(p: Pass, sched: Schedule, state: State) -> None:
+    """Decide the slots that fell due with no task (every daemon down), as --catchup says."""
+    keep = catchup_keep(sched.catchup)
+    lo = max(state.cursor, sched.since - 1)
+    missed, count = sched.spec.between(lo, p.now, max(keep, 1))
+    if count == 0:
+        return
+    kept = missed[-keep:] if keep else []
+    # Occurrences made before the downtime and not started fell due with
+    # the rest: they are the oldest missed slots, kept only if room is left.
+    waiting = [
+        t
+        for t in (state.prev_task, state.cursor_task)
+        if t is not None and t != state.held and _pending(p, t) is not None
+    ]
+    for task in waiting[: max(0, len(waiting) - max(0, keep - count))]:
+        dest = _cancel_if_pending(p, task)
+        if dest is not None:
+            nominal = _slot_of(p, dest)
+            p.store.log(sched.name, "skipped", p.now, slot=nominal, task=_id(task), why="catchup")
+            if task == state.cursor_task:
+                state.cursor_task = None
+            if task == state.prev_task:
+                state.prev_task = None
+    if state.cursor_task is not None:
+        state.prev_task = state.cursor_task
+    skipped = [s for s in missed if s not in kept]
+    _log_skipped(p, sched.name, lo, skipped, count - len(missed), kept)
+    for slot in kept:
+        name = _make(p, sched, slot, slot, "caught-up")
+        if name is not None:
+            state.prev_task = name
+    state.cursor, state.cursor_task, state.checked = missed[-1], None, True
+
+
+def _log_skipped(
+    p: Pass, name: str, lo: int, listed: list[int], unlisted: int, kept: list[int]
+) -> None:
+    """Journal the slots catch-up skips: each one, or a range when there are many."""
+    if unlisted == 0 and len(listed) <= LISTED:
+        for slot in listed:
+            p.store.log(name, "skipped", p.now, slot=format_iso(slot), why="catchup")
+        return
+    first = kept[0] if kept else (listed[-1] if listed else lo)
+    p.store.log(
+        name,
+        "skipped",
+        p.now,
+        after=format_iso(lo),
+        before=format_iso(first),
+        count=unlisted + len(listed),
+        why="catchup",
+    )
+
+
+def _judge(p: Pass, sched: Schedule, state: State, paused: bool) -> None:
+    """GUARD before the next slot: skip it if paused, skip or queue it on overlap."""
+    if state.cursor_task is None or state.checked or p.now < state.cursor - guard(sched):
+        return
+    state.checked = True
+    slot = format_iso(state.cursor)
+    if paused:
+        if _cancel_if_pending(p, state.cursor_task) is not None:
+            p.store.log(sched.name, "skipped", p.now, slot=slot, why="paused")
+            state.cursor_task = None
+        return
+    if sched.overlap == "allow":
+        return
+    behind = _id(state.prev_task)
+    queued = state.held is not None and _id(state.held) != _id(state.cursor_task)
+    if not queued and (behind is None or behind not in p.running):
+        return
+    if sched.overlap == "queue" and not queued:
+        held = _reschedule_if_pending(p, state.cursor_task, HELD_AT)
+        if held is not None:
+            p.store.log(sched.name, "queued", p.now, slot=slot, behind=behind)
+            state.held, state.held_behind, state.cursor_task = held, behind, held
+        return
+    if _cancel_if_pending(p, state.cursor_task) is not None:
+        p.store.log(sched.name, "skipped", p.now, slot=slot, why="overlap", behind=behind)
+        state.cursor_task = None
+
+
+def _release(p: Pass, sched: Schedule, state: State) -> None:
+    """Start a queued occurrence once the one it waits for has ended."""
+    assert state.held is not None
+    if state.held_behind is not None and state.held_behind in p.running:
+        return
+    moved = _reschedule_if_pending(p, state.held, p.now)
+    if moved is not None:
+        p.store.log(sched.name, "released", p.now, task=_id(moved))
+    for attr in ("cursor_task", "prev_task"):
+        if getattr(state, attr) == state.held:
+            setattr(state, attr, moved)
+    state.held = state.held_behind = None
+
+
+def _top_up(p: Pass, sched: Schedule, state: State) -> None:
+    """Once the cursor slot is due, make the first slot after now (catch-up took the rest)."""
+    if state.cursor > p.now:
+        return  # the next one is made, or decided, ahead
+    slot = sched.spec.after(max(p.now, sched.since - 1))
+    if slot is None:
+        return
+    if state.cursor_task is not None:
+        state.prev_task = state.cursor_task
+    jitter = random.randrange(sched.jitter) if sched.jitter else 0
+    state.cursor = slot
+    state.cursor_task = _make(p, sched, slot, slot + jitter, "made")
+    state.checked = False
+
+
+# -- tasks -------------------------------------------------------------------
+
+
+def _make(p: Pass, sched: Schedule, slot: int, run_at: int, event: str) -> str | None:
+    """Submit the occurrence of slot (or get the one already made); its name."""
+    body = sched.request(slot, run_at).body(sched.task.argv, p.now)
+    name, created = submit(p.spool, body)
+    if created:
+        p.store.log(sched.name, event, p.now, slot=format_iso(slot), task=name.id)
+    return str(name)
+
+
+def _id(name: str | None) -> str | None:
+    if name is None:
+        return None
+    try:
+        return TaskName.parse(name).id
+    except ValueError:
+        return None
+
+
+def _pending(p: Pass, name: str) -> tuple[TaskName, str] | None:
+    try:
+        task = TaskName.parse(name)
+    except ValueError:
+        return None
+    path = os.path.join(p.spool.bucket_dir(task.bucket), name)
+    return (task, path) if os.path.exists(path) else None
+
+
+def _slot_of(p: Pass, path: str) -> str | None:
+    """The slot an occurrence's body names (TASKQ_SCHEDULED_AT)."""
+    try:
+        return p.spool.read_body(path).env.get("TASKQ_SCHEDULED_AT")
+    except (TaskqError, OSError):
+        return None
+
+
+def _cancel_if_pending(p: Pass, name: str) -> str | None:
+    """Cancel an occurrence still pending under this name; its new path, None if it moved on."""
+    found = _pending(p, name)
+    if found is None:
+        return None
+    task, path = found
+    from taskq.spool.layout import Located
+
+    try:
+        dest = transitions.cancel(p.spool, Located("pending", path, task))
+    except FileNotFoundError:
+        return None  # claimed meanwhile: it runs
+    fsutil.fsync_dir(os.path.dirname(path))
+    fsutil.fsync_dir(os.path.dirname(dest))
+    log_dir = p.spool.log_dir(task.id)
+    journal.append(log_dir, "cancelled", p.now, attempt=task.attempt, by="schedule")
+    return dest
+
+
+def _reschedule_if_pending(p: Pass, name: str, run_at: int) -> str | None:
+    """Move a pending occurrence to run_at; its new name, or None if it moved on."""
+    if _pending(p, name) is None:
+        return None
+    task = TaskName.parse(name)
+    try:
+        return str(operations.reschedule(p.spool, task.id, run_at))
+    except (TaskqError, FileNotFoundError):
+        return None
+
+
+# -- the daemon's part -------------------------------------------------------
+
+
+class Materialiser:
+    """The daemon's part: passes over every schedule when one is needed."""
+
+    def __init__(self, spool: Spool) -> None:
+        self.store = Store(spool)
+        self.due_at = 0  # wall instant of the next pass
+        self.last = -RING_GAP
+        self.passed = False  # a first pass is made before the daemon's first dispatch
+
+    def tick(self, now: int, rang: bool, busy: bool = False) -> None:
+        """Pass over the schedules if one needs it now, or the doorbell rang.
+
+        busy: attempts wait to start at their instant, and a pass (a few
+        fsyncs) would delay them; it waits, up to BUSY_WAIT past its time.
+        """
+        if now < self.due_at and not (rang and now >= self.last + RING_GAP):
+            return
+        if busy and self.passed and now < self.due_at + BUSY_WAIT:
+            return
+        self.last, self.passed = now, True
+        p = Pass(self.store, now, running_ids(self.store.spool))
+        due = now + REFRESH
+        for name in self.store.names():
+            nxt = self._one(p, name)
+            if nxt is not None:
+                due = min(due, nxt)
+        self.due_at = due
+
+    def wake_at(self, busy: bool) -> int:
+        """The wall instant the loop must wake for the next pass (see tick's busy)."""
+        return self.due_at + (BUSY_WAIT if busy and self.passed else 0)
+
+    def _one(self, p: Pass, name: str) -> int | None:
+        path = os.path.join(self.store.dir(name), "schedule.json")
+        try:
+            sched = self.store.read(name)
+            if os.lstat(path).st_uid != os.getuid():
+                return None  # its tasks would be ours: see taskq-daemon(8) SCHEDULES
+            return advance(p, sched)
+        except CorruptFile as e:
+            log.error("quarantining schedule %s: %s", name, e)
+            self.store.spool.quarantine(path, str(e), p.now)
+        except NotFound:
+            pass
+        except TaskqError as e:
+            log.error("schedule %s: %s", name, e)
+        return None
+
+
+def retire(store: Store, name: str, now: int) -> list[str]:
+    """Cancel a schedule's waiting occurrences and free their keys (rm, --replace).
+
+    The keys go so that a schedule added again under the name can use the
+    same slots. Returns the ids cancelled.
+    """
+    from taskq.client.submit import key_path, read_key
+
+    state = store.state(name, now)
+    p = Pass(store, now, frozenset())
+    out = []
+    for task in {state.cursor_task, state.held} - {None}:
+        assert task is not None
+        if _cancel_if_pending(p, task) is None:
+            continue
+        tid = _id(task)
+        out.append(str(tid))
+        path = key_path(store.spool, _key_of(store, task))
+        try:
+            if read_key(path).id == tid:
+                os.unlink(path)
+        except (OSError, ValueError):
+            pass
+    store.reset_state(name)
+    return out
+
+
+def _key_of(store: Store, task: str) -> str:
+    """The key a pending occurrence was submitted with, read from its body."""
+    found = store.spool.locate(str(_id(task)))
+    return str(store.spool.read_body(found.path).key)

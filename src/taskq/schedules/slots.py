@@ -1,0 +1,196 @@
+"""When a schedule's occurrences fall: cron expressions and intervals, in a time zone.
+
+Pure: no I/O, time is passed in (microseconds since the epoch, UTC). cronsim
+parses the expression and walks the calendar (month ends, leap days, `L`,
+`#`); it walks *naive local wall time*, and this module turns each wall time
+into an instant by the rules of taskq(1) DAYLIGHT SAVING TIME:
+
+- a wall time that does not exist (spring forward) runs once, at the first
+  instant after the gap;
+- a wall time that occurs twice (fall back) runs once, at its first
+  occurrence;
+- several wall times that land on one instant run once.
+
+`--every` slots are an exact interval in UTC from an anchor; zones do not
+touch them.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from cronsim import CronSim, CronSimError
+
+from taskq.errors import BadInput
+from taskq.times.timespec import SECOND, datetime_to_us, us_to_datetime
+
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
+WALK_LIMIT = 100_000  # cron matches walked at most per question (over 69 days of minutes)
+
+
+def check_cron(expr: str) -> str:
+    """A 5-field expression (aliases expanded); BadInput names the bad field."""
+    text = ALIASES.get(expr.strip().lower(), expr.strip())
+    fields = text.split()
+    if len(fields) != 5:
+        raise BadInput(
+            f"bad --cron {expr!r}: expected 5 fields ({' '.join(FIELDS)}) "
+            f"or one of {', '.join(ALIASES)}, got {len(fields)}"
+        )
+    try:
+        CronSim(text, datetime(2000, 1, 1))
+    except CronSimError as e:
+        raise BadInput(f"bad --cron {expr!r}: {str(e).lower()} field") from None
+    return " ".join(fields)
+
+
+def check_zone(name: str) -> str:
+    """An IANA zone name that zoneinfo knows; BadInput otherwise."""
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise BadInput(f"bad --tz {name!r}: not an IANA time zone (e.g. Europe/Berlin)") from None
+    return name
+
+
+def local_zone() -> str:
+    """The local zone's IANA name (TZ, /etc/timezone, /etc/localtime), else UTC."""
+    import tzlocal
+
+    try:
+        return check_zone(tzlocal.get_localzone_name() or "UTC")
+    except (BadInput, Exception):
+        return "UTC"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """When occurrences fall: a cron expression in a zone, or an interval from an anchor."""
+
+    cron: str | None
+    every: int | None  # microseconds
+    tz: str
+    anchor: int  # --every's slots are anchor + k * every
+    start: int | None = None  # no slot before
+    end: int | None = None  # no slot after
+
+    def after(self, t: int) -> int | None:
+        """The first slot strictly after t, or None when the schedule has ended."""
+        lo = t if self.start is None else max(t, self.start - 1)
+        slot = self._every_after(lo) if self.every else next(self._cron_after(lo), None)
+        if slot is None or (self.end is not None and slot > self.end):
+            return None
+        return slot
+
+    def upcoming(self, t: int, n: int) -> list[int]:
+        """The next n slots after t (fewer if the schedule ends)."""
+        out: list[int] = []
+        while len(out) < n:
+            slot = self.after(out[-1] if out else t)
+            if slot is None:
+                break
+            out.append(slot)
+        return out
+
+    def between(self, lo: int, hi: int, keep: int) -> tuple[list[int], int]:
+        """The last `keep` slots in (lo, hi], oldest first, and how many there are.
+
+        The count is exact up to WALK_LIMIT for cron expressions and exact
+        for intervals.
+        """
+        if self.start is not None:
+            lo = max(lo, self.start - 1)
+        if self.end is not None:
+            hi = min(hi, self.end)
+        if hi <= lo:
+            return [], 0
+        if self.every:
+            first = self._every_after(lo)
+            count = 0 if first > hi else (hi - first) // self.every + 1
+            last = first + (count - 1) * self.every
+            kept = [last - i * self.every for i in range(min(keep, count))]
+            return sorted(kept), count
+        count = 0
+        for slot in self._cron_after(lo):
+            if slot > hi or count >= WALK_LIMIT:
+                break
+            count += 1
+        latest: list[int] = []
+        for slot in self._cron_before(hi):
+            if slot <= lo or len(latest) >= keep:
+                break
+            latest.append(slot)
+        return sorted(latest), max(count, len(latest))
+
+    def _every_after(self, t: int) -> int:
+        assert self.every
+        k = (t - self.anchor) // self.every + 1
+        return self.anchor + max(k, 0) * self.every
+
+    def _cron_after(self, t: int) -> Iterator[int]:
+        assert self.cron
+        zone = zoneinfo.ZoneInfo(self.tz)
+        wall = us_to_datetime(t).astimezone(zone).replace(tzinfo=None, microsecond=0)
+        for _, naive in zip(range(WALK_LIMIT), CronSim(self.cron, wall), strict=False):
+            slot = wall_to_instant(naive, zone)
+            if slot > t:
+                t = slot
+                yield slot
+
+    def _cron_before(self, t: int) -> Iterator[int]:
+        assert self.cron
+        zone = zoneinfo.ZoneInfo(self.tz)
+        wall = us_to_datetime(t + SECOND).astimezone(zone).replace(tzinfo=None, microsecond=0)
+        bound = t + 1
+        walk = CronSim(self.cron, wall, reverse=True)
+        for _, naive in zip(range(WALK_LIMIT), walk, strict=False):
+            slot = wall_to_instant(naive, zone)
+            if slot < bound:
+                bound = slot
+                yield slot
+
+
+def wall_to_instant(naive: datetime, zone: zoneinfo.ZoneInfo) -> int:
+    """The instant a local wall time names: its first occurrence, or the end of its gap."""
+    first = naive.replace(tzinfo=zone, fold=0)
+    instant = datetime_to_us(first.astimezone(UTC))
+    if _wall(instant, zone) == naive:
+        return instant
+    # In a gap (fold=0 reads it with the offset before the change, which
+    # lands past the gap): the first instant whose wall time is past it.
+    lo = datetime_to_us(naive.replace(tzinfo=zone, fold=1).astimezone(UTC))
+    hi = instant
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _wall(mid, zone) >= naive:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _wall(instant: int, zone: zoneinfo.ZoneInfo) -> datetime:
+    return us_to_datetime(instant).astimezone(zone).replace(tzinfo=None)
+
+
+def local_text(instant: int, tz: str) -> str:
+    """An instant as wall time in a zone, with its offset: 2026-03-29T03:00:00+02:00."""
+    dt = us_to_datetime(instant).astimezone(zoneinfo.ZoneInfo(tz))
+    return dt.isoformat(timespec="seconds")
+
+
+def every_anchor(now: int, start: int | None) -> int:
+    """Where --every counts from: --start, else now rounded down to the second."""
+    return start if start is not None else now - now % SECOND

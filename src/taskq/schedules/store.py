@@ -1,0 +1,330 @@
+"""A recurring schedule's files in the spool: its request, its state, its journal.
+
+SPOOL/schedules/NAME/ holds three files (taskq-spool(5) SCHEDULES):
+
+- `schedule.json`: what the operator asked for (when, the policies, the
+  task to run), written only by `taskq schedule` commands, whole, by
+  write-fsync-rename. Readable and repairable by hand.
+- `state.json`: the materialisers' cursor (the latest slot made a task,
+  the occurrence before it, a queued occurrence), written by whichever
+  process materialises, whole, by write-fsync-rename. It is a cache of
+  decisions the idempotency keys make exact: losing it can cost a
+  skipped or repeated decision, never a second task for one slot.
+- `journal`: history, one JSON line per event (materialised, skipped,
+  held, released, paused...), as a task's journal is.
+
+This module owns the formats and the paths; the decisions are
+materialise.py's, the times slots.py's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, replace
+from typing import Any
+
+from taskq.client.request import Request
+from taskq.errors import BadInput, Conflict, CorruptFile, NotFound
+from taskq.schedules.slots import Spec
+from taskq.spool import fsutil, journal
+from taskq.spool.layout import Spool
+from taskq.spool.task import TaskBody, new_id
+from taskq.times.timespec import SECOND, format_iso, parse_when
+
+VERSION = 1
+SCHEDULE = "schedule.json"
+STATE = "state.json"
+MAX_FILE = 4 << 20
+CATCHUP = re.compile(r"(skip|latest|all)(?::([1-9]\d{0,5}))?")
+OVERLAP = ("skip", "queue", "allow")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_name(name: str) -> str:
+    """A schedule name: letters, digits, '.', '_', '-'; at most 64."""
+    if _NAME.fullmatch(name) is None:
+        raise BadInput(f"bad schedule name {name!r}: use letters, digits, '.', '_' or '-' (max 64)")
+    return name
+
+
+def check_catchup(text: str) -> str:
+    """skip, latest, all or all:N."""
+    if CATCHUP.fullmatch(text) is None or text.startswith(("skip:", "latest:")):
+        raise BadInput(f"bad --catchup {text!r}: expected skip, latest, all or all:N")
+    return text
+
+
+def catchup_keep(policy: str) -> int:
+    """How many missed slots a catch-up policy runs (the latest ones)."""
+    m = CATCHUP.fullmatch(policy)
+    assert m is not None
+    if m.group(1) == "skip":
+        return 0
+    if m.group(1) == "latest":
+        return 1
+    return int(m.group(2) or 1000)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """schedule.json: when, how, and the task each occurrence is."""
+
+    name: str
+    spec: Spec
+    catchup: str
+    overlap: str
+    jitter: int  # microseconds
+    task: TaskBody  # the template: argv and the submit options; id and times unused
+    created: int
+    since: int  # slots before this are never run (creation, or the last resume)
+    paused: bool = False
+
+    def request(self, slot: int, run_at: int) -> Request:
+        """The request of the occurrence at slot (the one body builder is request.py's)."""
+        t = self.task
+        env = {**t.env, "TASKQ_SCHEDULE": self.name, "TASKQ_SCHEDULED_AT": format_iso(slot)}
+        return Request(
+            run_at=run_at,
+            cwd=t.cwd,
+            env=env,
+            queue=t.queue,
+            key=occurrence_key(self.name, slot),
+            max_attempts=t.max_attempts,
+            timeout=t.timeout,
+            expires=t.expires,
+            stdin=t.stdin,
+        )
+
+    def to_json(self) -> bytes:
+        s = self.spec
+        task = json.loads(self.task.to_json())
+        for unused in ("version", "id", "key", "run_at", "submitted_at"):
+            del task[unused]
+        doc = {
+            "version": VERSION,
+            "name": self.name,
+            "cron": s.cron,
+            "every": None if s.every is None else s.every / SECOND,
+            "tz": s.tz,
+            "anchor": format_iso(s.anchor),
+            "start": None if s.start is None else format_iso(s.start),
+            "end": None if s.end is None else format_iso(s.end),
+            "catchup": self.catchup,
+            "overlap": self.overlap,
+            "jitter": self.jitter / SECOND,
+            "paused": self.paused,
+            "created": format_iso(self.created),
+            "since": format_iso(self.since),
+            "task": task,
+        }
+        return (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Schedule:
+        """Parse and validate; CorruptFile says why it is bad."""
+        try:
+            return _from_doc(json.loads(data))
+        except CorruptFile:
+            raise
+        except (ValueError, TypeError, KeyError, BadInput, AssertionError) as e:
+            raise CorruptFile(f"bad schedule: {e}") from None
+
+
+def _from_doc(doc: dict[str, Any]) -> Schedule:
+    from taskq.schedules.slots import check_cron, check_zone
+
+    if doc.get("version") != VERSION:
+        raise CorruptFile(f"bad schedule: unknown version {doc.get('version')!r}")
+    cron, every = doc.get("cron"), doc.get("every")
+    if (cron is None) == (every is None):
+        raise CorruptFile("bad schedule: give one of cron and every")
+    if every is not None and (not isinstance(every, int | float) or every <= 0):
+        raise CorruptFile("bad schedule: every must be a positive number of seconds")
+    spec = Spec(
+        cron=None if cron is None else check_cron(str(cron)),
+        every=None if every is None else round(every * SECOND),
+        tz=check_zone(str(doc["tz"])),
+        anchor=parse_when(str(doc["anchor"]), 0),
+        start=_opt_when(doc, "start"),
+        end=_opt_when(doc, "end"),
+    )
+    task = dict(doc["task"])
+    task.update(version=1, id=new_id(0), run_at=format_iso(0), submitted_at=format_iso(0))
+    jitter = doc.get("jitter") or 0
+    if not isinstance(jitter, int | float) or jitter < 0:
+        raise CorruptFile("bad schedule: jitter must be a number of seconds")
+    if not isinstance(doc.get("paused", False), bool):
+        raise CorruptFile("bad schedule: paused must be true or false")
+    overlap = str(doc["overlap"])
+    if overlap not in OVERLAP:
+        raise CorruptFile(f"bad schedule: overlap {overlap!r}")
+    return Schedule(
+        name=check_name(str(doc["name"])),
+        spec=spec,
+        catchup=check_catchup(str(doc["catchup"])),
+        overlap=overlap,
+        jitter=round(jitter * SECOND),
+        task=TaskBody.from_json(json.dumps(task).encode()),
+        created=parse_when(str(doc["created"]), 0),
+        since=parse_when(str(doc["since"]), 0),
+        paused=bool(doc.get("paused", False)),
+    )
+
+
+def _opt_when(doc: dict[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    return None if value is None else parse_when(str(value), 0)
+
+
+def occurrence_key(name: str, slot: int) -> str:
+    """The idempotency key of a slot's occurrence: NAME@2026-12-01T09:00:00.000000Z."""
+    return f"{name}@{format_iso(slot)}"
+
+
+@dataclass
+class State:
+    """state.json: the cursor of materialisation (see the module docstring).
+
+    cursor is the latest slot decided (made a task, or skipped) and
+    cursor_task its task's file name as submitted; prev_task is the
+    occurrence before it that was let run, which overlap looks at; held is
+    a queued occurrence (its pending name, far in the future) and
+    held_behind the occurrence it waits for; checked says the overlap (or
+    pause) check of the cursor slot is done.
+    """
+
+    cursor: int
+    cursor_task: str | None = None
+    checked: bool = False
+    prev_task: str | None = None
+    held: str | None = None
+    held_behind: str | None = None
+
+    def to_json(self) -> bytes:
+        doc = {
+            "cursor": format_iso(self.cursor),
+            "cursor_task": self.cursor_task,
+            "checked": self.checked,
+            "prev_task": self.prev_task,
+            "held": self.held,
+            "held_behind": self.held_behind,
+        }
+        return (json.dumps(doc, indent=1) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> State:
+        try:
+            doc = json.loads(data)
+            return cls(
+                cursor=parse_when(str(doc["cursor"]), 0),
+                cursor_task=_opt(doc, "cursor_task"),
+                checked=bool(doc.get("checked", False)),
+                prev_task=_opt(doc, "prev_task"),
+                held=_opt(doc, "held"),
+                held_behind=_opt(doc, "held_behind"),
+            )
+        except (ValueError, TypeError, KeyError, BadInput) as e:
+            raise CorruptFile(f"bad schedule state: {e}") from None
+
+
+def _opt(doc: dict[str, Any], key: str) -> str | None:
+    value = doc.get(key)
+    return None if value is None else str(value)
+
+
+class Store:
+    """The schedules of one spool: SPOOL/schedules/NAME/."""
+
+    def __init__(self, spool: Spool) -> None:
+        self.spool = spool
+        self.root = os.path.join(spool.root, "schedules")
+
+    def dir(self, name: str) -> str:
+        return os.path.join(self.root, check_name(name))
+
+    def names(self) -> list[str]:
+        """Every schedule with a schedule.json, sorted; other names are ignored."""
+        out = []
+        for entry in fsutil.listdir(self.root):
+            if _NAME.fullmatch(entry) and os.path.exists(os.path.join(self.root, entry, SCHEDULE)):
+                out.append(entry)
+        return sorted(out)
+
+    def read(self, name: str) -> Schedule:
+        """Read a schedule; NotFound if there is none, CorruptFile if it is bad."""
+        path = os.path.join(self.dir(name), SCHEDULE)
+        try:
+            data = fsutil.read_spool_file(path, MAX_FILE)
+        except FileNotFoundError:
+            raise NotFound(f"no schedule {name} in {self.spool.root}") from None
+        return Schedule.from_json(data)
+
+    def create(self, sched: Schedule, replace_it: bool) -> bool:
+        """Write a new schedule; refuse an existing name unless replace_it. True if replaced."""
+        d = self.dir(sched.name)
+        fsutil.ensure_dir(self.root)
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass  # replaced below, or an add cut short before its file was written
+        replaced = os.path.exists(os.path.join(d, SCHEDULE))
+        if replaced and not replace_it:
+            raise Conflict(f"schedule {sched.name} exists; give --replace to replace it")
+        self.write(sched)
+        fsutil.fsync_dir(self.root)
+        return replaced
+
+    def write(self, sched: Schedule) -> None:
+        _replace_file(os.path.join(self.dir(sched.name), SCHEDULE), sched.to_json())
+
+    def state(self, name: str, since: int) -> State:
+        """The cursor; a fresh one (nothing decided before since) if none or unreadable."""
+        try:
+            return State.from_json(fsutil.read_spool_file(self._state(name), MAX_FILE))
+        except (OSError, CorruptFile):
+            return State(cursor=since - 1)
+
+    def save_state(self, name: str, state: State) -> None:
+        _replace_file(self._state(name), state.to_json())
+
+    def reset_state(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._state(name))
+
+    def _state(self, name: str) -> str:
+        return os.path.join(self.dir(name), STATE)
+
+    def log(self, name: str, event: str, now: int, **fields: Any) -> None:
+        journal.append(self.dir(name), event, now, **fields)
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        return journal.read(self.dir(name))
+
+    def remove(self, name: str) -> None:
+        """Delete a schedule's directory: out of sight by one rename, then removed."""
+        d = self.dir(name)
+        gone = os.path.join(self.root, f".removed.{name}.{os.getpid()}")
+        try:
+            os.rename(d, gone)
+        except FileNotFoundError:
+            raise NotFound(f"no schedule {name} in {self.spool.root}") from None
+        fsutil.fsync_dir(self.root)
+        shutil.rmtree(gone, ignore_errors=True)
+
+    def with_paused(self, name: str, paused: bool, now: int) -> Schedule:
+        sched = self.read(name)
+        changed = replace(sched, paused=paused, since=sched.since if paused else now)
+        self.write(changed)
+        return changed
+
+
+def _replace_file(path: str, data: bytes) -> None:
+    """Write a whole file by write-fsync-rename over the old one."""
+    tmp = f"{path}.{os.urandom(6).hex()}.tmp"  # unique across hosts sharing the spool
+    fsutil.write_new(tmp, data)
+    os.rename(tmp, path)
+    fsutil.fsync_dir(os.path.dirname(path))

@@ -1,0 +1,175 @@
+"""The spool's own configuration, SPOOL/config.toml, read once into one object.
+
+The file is optional and taskq never writes it; taskq-spool(5) documents
+it. Its [limits] table holds the limits that submit enforces (limits.check),
+its [security] table whose tasks daemons may run (security.run_as). The
+file is read and parsed once; each table is checked when it is first used,
+so that submit, which uses only the limits, and the daemon, which uses only
+the security table, each fail (ConfigError, exit 78, naming the file) for
+a mistake in their own table only.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import re
+import stat
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from taskq.errors import ConfigError, TaskqError
+from taskq.text.lazyre import Lazy
+from taskq.times.timespec import SECOND, parse_duration
+
+if TYPE_CHECKING:
+    from taskq.spool.runas import Policy
+
+CONFIG = "config.toml"
+_LIMITS = ("max_overdue", "min_free_bytes", "min_free_inodes")
+_SIZE = Lazy(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
+_SCALE = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+# NamedTuples, not dataclasses: making a dataclass costs every `taskq` run
+# a millisecond or more of start-up.
+class Notify(NamedTuple):
+    """The [notify] table: a hook run with one JSON event per ended task."""
+
+    command: tuple[str, ...]
+    on: frozenset[str] = frozenset(("done", "failed", "cancelled"))
+    timeout: int = 30 * SECOND
+
+
+class Limits(NamedTuple):
+    """The [limits] table; zero or absent means no limit."""
+
+    max_overdue: int = 0
+    min_free_bytes: int = 0
+    min_free_inodes: int = 0
+
+
+class SpoolConfig:
+    """A spool's config.toml as read; its tables, typed and checked, are properties."""
+
+    def __init__(self, path: str, doc: dict[str, Any]) -> None:
+        self.path = path
+        self.doc = doc  # as parsed; {} when there is no file
+
+    @functools.cached_property
+    def limits(self) -> Limits:
+        """The [limits] table: max_overdue, min_free_bytes, min_free_inodes."""
+        table = self.doc.get("limits", {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{self.path}: [limits] must be a table")
+        unknown = set(table) - set(_LIMITS)
+        if unknown:
+            raise ConfigError(f"{self.path}: unknown setting limits.{sorted(unknown)[0]}")
+        return Limits(
+            max_overdue=_count(self.path, table, "max_overdue"),
+            min_free_bytes=_size(self.path, table.get("min_free_bytes", 0)),
+            min_free_inodes=_count(self.path, table, "min_free_inodes"),
+        )
+
+    @functools.cached_property
+    def security(self) -> Policy:
+        """The [security] table: allow = [users] (absent: all), deny = [users]."""
+        table = self.doc.get("security", {})
+        if not isinstance(table, dict) or set(table) - {"allow", "deny"}:
+            raise ConfigError(f"{self.path}: [security] takes only allow and deny")
+        allow = _users(self.path, table, "allow")
+        deny = _users(self.path, table, "deny")
+        from taskq.spool.runas import Policy  # the daemon's: submit's start-up need not import it
+
+        return Policy(allow=allow, deny=deny or frozenset())
+
+    @functools.cached_property
+    def notify(self) -> Notify | None:
+        """The [notify] table: command = [argv], on = [states], timeout; None if absent."""
+        table = self.doc.get("notify")
+        if table is None:
+            return None
+        where = f"{self.path}: notify"
+        if not isinstance(table, dict) or set(table) - {"command", "on", "timeout"}:
+            raise ConfigError(f"{where}: takes only command, on and timeout")
+        command = table.get("command")
+        if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
+            raise ConfigError(f"{where}.command must be a non-empty list of strings")
+        on = table.get("on", ["done", "failed", "cancelled"])
+        if not (isinstance(on, list) and set(on) <= {"done", "failed", "cancelled"}):
+            raise ConfigError(f"{where}.on must list some of done, failed, cancelled")
+        return Notify(tuple(command), frozenset(on), _duration(where, table.get("timeout", "30s")))
+
+
+def _duration(where: str, value: Any) -> int:
+    """A timeout: a DURATION string ("30s") or a number of seconds, above zero."""
+    try:
+        us = round(value * SECOND) if isinstance(value, int | float) else parse_duration(value)
+    except (TaskqError, TypeError, AttributeError):
+        us = 0
+    if isinstance(value, bool) or us <= 0:
+        raise ConfigError(f'{where}.timeout must be a duration above zero, e.g. "30s"')
+    return us
+
+
+def load(root: str) -> SpoolConfig:
+    """Read the config.toml of the spool at root; no file reads as an empty one."""
+    path = os.path.join(root, CONFIG)
+    try:
+        data = _read(path)
+    except FileNotFoundError:
+        return SpoolConfig(path, {})
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
+    import tomllib  # only for a file: `taskq submit`'s start-up time is its throughput
+
+    try:
+        return SpoolConfig(path, tomllib.loads(data.decode()))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
+
+
+def _read(path: str) -> bytes:
+    """Read config.toml without blocking: in a shared spool a member could make it a FIFO.
+
+    (It may be a link, which an operator may want; what it names must be a
+    regular file of at most MAX_CONFIG bytes.)
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG:
+            raise OSError(errno.EINVAL, f"not a regular file of at most {MAX_CONFIG} bytes")
+        return os.read(fd, MAX_CONFIG + 1)
+    finally:
+        os.close(fd)
+
+
+MAX_CONFIG = 1 << 20
+
+
+def _count(path: str, table: dict[str, Any], key: str) -> int:
+    value = table.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{path}: limits.{key} must be a whole number >= 0")
+    return value
+
+
+def _size(path: str, value: Any) -> int:
+    """A byte count: 1048576, or a string such as "512M", "10GiB"."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    m = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if not m:
+        raise ConfigError(f'{path}: limits.min_free_bytes must be bytes, e.g. 1073741824 or "1G"')
+    return int(m.group(1)) * _SCALE[(m.group(2) or "")[:1].upper()]
+
+
+def _users(path: str, table: dict[str, Any], key: str) -> frozenset[str] | None:
+    """A list of user names, or None when the key is absent."""
+    value = table.get(key)
+    if value is None:
+        return None
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise ConfigError(f"{path}: security.{key} must be a list of user names")
+    return frozenset(value)

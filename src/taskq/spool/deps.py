@@ -1,0 +1,248 @@
+"""Dependencies between tasks (submit --after): waiting/, deps/ and their resolution.
+
+A task submitted with --after waits in waiting/ (named like a pending task),
+outside the due index, until the tasks it names have ended. For each
+dependency X, deps/X/ holds one empty file per waiting task, named as that
+task's file in waiting/, and, once X has ended, a marker `ended.STATE`
+(done, failed or cancelled). Whoever ends a task that has a deps/
+directory writes the marker (a daemon's settler, right after its end
+rename and in the same group commit; `taskq cancel`; a submitter that finds
+a dependency already ended) and then resolves the waiters: a waiting task
+whose dependencies all have markers moves to pending/ (to run at its
+run_at, at once if that has passed); under the default --after-ok, one
+naming a dependency that failed or was cancelled moves to cancelled/ at
+once, and that end is resolved in turn. Each move is one rename of the
+exact waiting/ name, so racing resolvers (two daemons, a submitter) cannot
+both win. Nothing polls: a waiting task costs nothing until one of its
+dependencies ends.
+
+The submitter links its entries before it looks at its dependencies and
+places its task in waiting/ after that look; an ender writes its marker
+after its end rename and lists the entries after its marker. So either the
+submitter sees the end (and resolves its own task), or the ender sees the
+entry; a task in waiting/ is never forgotten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+from taskq.errors import CorruptFile, NotFound
+from taskq.spool import byid, fsutil, journal, transitions
+from taskq.spool.layout import END_STATES, Located, Spool
+from taskq.spool.task import TaskBody, TaskName, check_id, valid_id
+
+MARK = "ended."
+_LINK_TRIES = 100  # a resolver removes an emptied deps/X/ at most once per end
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A waiting task that moved on: to pending (its dependencies ended) or cancelled."""
+
+    name: TaskName
+    state: str  # "pending" or "cancelled"
+    reason: str
+    path: str
+
+
+def dep_dir(spool: Spool, task_id: str) -> str:
+    return os.path.join(spool.deps, check_id(task_id))
+
+
+def marker(spool: Spool, task_id: str) -> str | None:
+    """How a dependency ended, as its marker says; None if no end is recorded."""
+    directory = dep_dir(spool, task_id)
+    for state in END_STATES:
+        if os.path.lexists(os.path.join(directory, MARK + state)):
+            return state
+    return None
+
+
+def mark_ended(spool: Spool, task_id: str, state: str, touched: set[str] | None = None) -> bool:
+    """Record that a task ended, if something waits for it; True if something may.
+
+    With touched, the caller's group commit makes the marker durable; else
+    it is synced here. The first marker stands (an end is not undone).
+    """
+    directory = dep_dir(spool, task_id)
+    if not os.path.isdir(directory):
+        return False
+    if marker(spool, task_id) is None:
+        try:
+            fsutil.write_new(os.path.join(directory, MARK + state), b"", sync=False)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            return False  # emptied and removed meanwhile: nothing waits
+    if touched is None:
+        fsutil.fsync_dir(directory)
+    else:
+        touched.add(directory)
+    return True
+
+
+def waiters(spool: Spool, task_id: str) -> list[TaskName]:
+    """The waiting tasks linked under a dependency (markers and strays skipped)."""
+    out = []
+    for entry in fsutil.listdir(dep_dir(spool, task_id)):
+        with contextlib.suppress(ValueError):
+            out.append(TaskName.parse(entry))
+    return out
+
+
+def verdict(body: TaskBody, ended: dict[str, str | None]) -> tuple[str, str] | None:
+    """Where a waiting task goes given how its dependencies ended; None: keep waiting."""
+    if not body.after_any:
+        for dep in body.after:
+            if ended.get(dep) in ("failed", "cancelled"):
+                return "cancelled", f"dependency {dep} {ended[dep]}"
+    if any(ended.get(dep) is None for dep in body.after):
+        return None
+    how = "ended" if body.after_any else "done"
+    return "pending", f"dependencies {how}: {', '.join(body.after)}"
+
+
+def resolve(spool: Spool, name: TaskName, now: int) -> Resolved | None:
+    """Move one waiting task on if its dependencies allow; None if it stays (or is gone)."""
+    path = os.path.join(spool.waiting, str(name))
+    try:
+        body = spool.read_body(path)
+    except FileNotFoundError:
+        return None  # resolved by someone else, cancelled, or not placed yet
+    except (CorruptFile, OSError) as e:
+        spool.quarantine(path, str(e), now)
+        return None
+    found = verdict(body, {dep: marker(spool, dep) for dep in body.after})
+    if found is None:
+        return None
+    state, reason = found
+    located = Located("waiting", path, name)
+    touched: set[str] = set()
+    try:
+        if state == "pending":
+            new = transitions.reschedule(spool, located, name.run_at, touched)
+            dest = os.path.join(spool.bucket_dir(new.bucket), str(new))
+        else:
+            dest = transitions.cancel(spool, located, touched)
+    except FileNotFoundError:
+        return None  # another resolver won
+    for directory in sorted(touched):
+        fsutil.fsync_dir(directory)
+    event = "released" if state == "pending" else "cancelled"
+    journal.append(spool.log_dir(name.id), event, now, attempt=1, reason=reason, was="waiting")
+    forget(spool, body.after, name)
+    return Resolved(name, state, reason, dest)
+
+
+def cascade(spool: Spool, ended: list[str], now: int) -> list[Resolved]:
+    """Resolve the waiters of tasks that ended, and of the waiters cancelled in turn."""
+    out: list[Resolved] = []
+    todo = list(ended)
+    while todo:
+        task_id = todo.pop()
+        for name in waiters(spool, task_id):
+            done = resolve(spool, name, now)
+            if done is None:
+                continue
+            out.append(done)
+            if done.state == "cancelled" and mark_ended(spool, name.id, "cancelled"):
+                todo.append(name.id)
+        tidy(spool, task_id)
+    return out
+
+
+def after_end(spool: Spool, task_id: str, state: str, now: int) -> list[Resolved]:
+    """Mark an end made outside a daemon (taskq cancel) and resolve its waiters."""
+    if not mark_ended(spool, task_id, state):
+        return []
+    resolved = cascade(spool, [task_id], now)
+    if any(r.state == "pending" for r in resolved):
+        spool.ring()
+    return resolved
+
+
+def forget(spool: Spool, after: list[str], name: TaskName) -> None:
+    """Remove a task's entries under its dependencies (it waits no more)."""
+    for dep in after:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(dep_dir(spool, dep), str(name)))
+
+
+def tidy(spool: Spool, task_id: str) -> None:
+    """Remove deps/X/ once nothing waits there (a late submitter recreates it)."""
+    directory = dep_dir(spool, task_id)
+    names = fsutil.listdir(directory)
+    if not names or any(not n.startswith(MARK) for n in names):
+        return
+    for n in names:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, n))
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)
+
+
+def pending_ends(spool: Spool) -> list[str]:
+    """Dependencies with a recorded end (a safety pass resolves what they still hold)."""
+    return [d for d in fsutil.listdir(spool.deps) if valid_id(d) and marker(spool, d) is not None]
+
+
+# -- the submitter's side -----------------------------------------------------
+
+
+def states_of(spool: Spool, ids: list[str]) -> dict[str, str]:
+    """Where each of the tasks is now (one pass over the spool, a second for movers)."""
+    wanted = {check_id(i) for i in ids}
+    found: dict[str, str] = {}
+    for _ in range(2):
+        for located in spool.iter_all():
+            if located.name.id in wanted and located.name.id not in found:
+                found[located.name.id] = located.state
+                if len(found) == len(wanted):
+                    return found
+    return found
+
+
+def check_known(spool: Spool, ids: list[str]) -> None:
+    """Refuse dependencies on tasks that do not exist (NotFound names the first)."""
+    found = states_of(spool, ids)
+    for task_id in ids:
+        if check_id(task_id) not in found:
+            raise NotFound(f"--after: no task {check_id(task_id)} in {spool.root}")
+
+
+def publish_waiting(spool: Spool, tmp: str, name: TaskName, after: list[str], now: int) -> None:
+    """Place a durable tmp/ body in waiting/, linked under each dependency; resolve it
+    at once if a dependency has already ended (see the module docstring for the order)."""
+    for dep in after:
+        _link(spool, dep, name)
+    fsutil.fsync_dir(spool.deps)
+    states = states_of(spool, after)
+    for dep in after:
+        state = states.get(dep)
+        if state is None:
+            forget(spool, after, name)
+            raise NotFound(f"--after: task {dep} is gone (removed by retention?)")
+        if state in END_STATES:
+            mark_ended(spool, dep, state)
+    fsutil.rename_cas(tmp, os.path.join(spool.waiting, str(name)))
+    byid.point_name(spool, name)  # a lookup's hint
+    fsutil.fsync_dir(spool.waiting)
+    if any(marker(spool, dep) is not None for dep in after):
+        resolve(spool, name, now)
+
+
+def _link(spool: Spool, dep: str, name: TaskName) -> None:
+    directory = dep_dir(spool, dep)
+    for _ in range(_LINK_TRIES):
+        fsutil.ensure_dir(directory)
+        try:
+            fsutil.write_new(os.path.join(directory, str(name)), b"", sync=False)
+            break
+        except FileNotFoundError:
+            continue  # a resolver removed the emptied directory meanwhile
+    else:
+        raise OSError(f"{directory} keeps vanishing")
+    fsutil.fsync_dir(directory)

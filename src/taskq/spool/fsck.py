@@ -1,0 +1,262 @@
+"""Check a spool's structure and permissions; repair what is safe to repair.
+
+Missing directories are created and loose permissions tightened; files that
+are not what their place says (bad names, unreadable or foreign bodies,
+symlinks, hard links, group- or world-writable task files) are quarantined
+in corrupt/ with a reason; stale tmp/ files and key files naming no task are
+removed. Every task's ids/ hint is rebuilt from where the task is, and hints
+of no task are removed. Duplicate tasks and orphaned logs are reported for
+the operator.
+With dry_run nothing changes. Safe beside running daemons: every repair is a
+rename or unlink that loses quietly if a daemon moved the file first.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import stat
+from dataclasses import dataclass, field
+
+from taskq.client.submit import ForeignKey, key_owner, read_key
+from taskq.errors import BadInput, CorruptFile, NotFound
+from taskq.spool import byid, fsutil
+from taskq.spool.config import CONFIG
+from taskq.spool.layout import DOORBELL, SUBDIRS, Spool, stray
+from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket, valid_id
+from taskq.times.timespec import HOUR, SECOND
+
+
+@dataclass
+class Report:
+    """What fsck found: each line says what and whether it was fixed."""
+
+    lines: list[str] = field(default_factory=list)
+    problems: int = 0
+    fixed: int = 0
+
+    def found(self, text: str, fixed: bool) -> None:
+        self.problems += 1
+        self.fixed += fixed
+        self.lines.append(text)
+
+
+class Checker:
+    def __init__(self, spool: Spool, now: int, dry_run: bool) -> None:
+        self.spool = spool
+        self.now = now
+        self.dry = dry_run
+        self.report = Report()
+        self.seen: dict[str, list[str]] = collections.defaultdict(list)
+        self.moved: set[str] = set()
+
+    def rel(self, path: str) -> str:
+        return os.path.relpath(path, self.spool.root)
+
+    def fix(self, text: str, action: str) -> bool:
+        """Record a problem and whether it was (or, dry, would be) fixed."""
+        self.report.found(f"{text}: {'would be ' if self.dry else ''}{action}", not self.dry)
+        return not self.dry
+
+    def run(self) -> Report:
+        self.layout()
+        for bucket in fsutil.listdir(self.spool.pending):
+            if stray(bucket):
+                continue
+            path = self.spool.bucket_dir(bucket)
+            if not valid_bucket(bucket) or not os.path.isdir(path) or os.path.islink(path):
+                self.quarantine(path, "not a bucket in pending/")
+                continue
+            self.tasks(path, claimed=False)
+        self.tasks(self.spool.claimed, claimed=True)
+        for day in fsutil.listdir(self.spool.done):
+            if stray(day):
+                continue
+            path = os.path.join(self.spool.done, day)
+            if not os.path.isdir(path) or os.path.islink(path):
+                self.quarantine(path, "not a day directory in done/")
+                continue
+            self.tasks(path, claimed=False)
+        self.tasks(self.spool.waiting, claimed=False)
+        self.tasks(self.spool.failed, claimed=False)
+        self.tasks(self.spool.cancelled, claimed=False)
+        self.duplicates()
+        self.stale_tmp()
+        self.hints()  # first: the lookups of keys() and orphaned_logs() use them
+        self.keys()
+        self.orphaned_logs()
+        return self.report
+
+    def layout(self) -> None:
+        try:
+            shared = bool(os.stat(self.spool.root).st_mode & 0o020)
+        except OSError:
+            shared = False
+        for sub in (".", *SUBDIRS):
+            path = os.path.normpath(os.path.join(self.spool.root, sub))
+            if not os.path.isdir(path):
+                if self.fix(f"{self.rel(path)}/ is missing", "created") and not os.path.exists(
+                    path
+                ):
+                    os.makedirs(path, 0o700, exist_ok=True)
+                continue
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            # A shared spool (its root group-writable) keeps its group bits;
+            # no spool directory may be writable by others.
+            loose = 0o007 if shared else 0o077
+            fixed = (mode & ~loose) & 0o7777
+            if mode & loose and self.fix(
+                f"{self.rel(path)}/ has mode {mode:04o}", f"set to {fixed:04o}"
+            ):
+                os.chmod(path, fixed)
+        known = {*SUBDIRS, DOORBELL, CONFIG}
+        for entry in fsutil.listdir(self.spool.root, follow=True):
+            if entry not in known and not stray(entry):
+                self.quarantine(os.path.join(self.spool.root, entry), "not part of a spool")
+
+    def quarantine(self, path: str, reason: str) -> None:
+        if self.fix(f"{self.rel(path)}: {reason}", "quarantined in corrupt/"):
+            self.spool.quarantine(path, reason, self.now)
+
+    def remove(self, path: str, text: str) -> None:
+        if self.fix(text, "removed"):
+            with contextlib.suppress(FileNotFoundError):  # someone removed it meanwhile
+                os.unlink(path)
+
+    def tasks(self, directory: str, claimed: bool) -> None:
+        for entry in fsutil.listdir(directory):
+            if stray(entry):
+                continue
+            path = os.path.join(directory, entry)
+            try:
+                name = ClaimName.parse(entry).task if claimed else TaskName.parse(entry)
+            except ValueError:
+                self.quarantine(path, "not a task file name")
+                continue
+            reason = self.bad_file(path, name)
+            if reason is not None:
+                self.quarantine(path, reason)
+            elif os.path.lexists(path):
+                self.seen[name.id].append(self.rel(path))
+            else:
+                self.moved.add(name.id)  # a daemon moved it meanwhile: it exists
+
+    def bad_file(self, path: str, name: TaskName) -> str | None:
+        """Why a task file is bad, or None if it is sound."""
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o022:
+                return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+            body = TaskBody.from_json(fsutil.read_spool_file(path, MAX_BODY))
+        except CorruptFile as e:
+            return str(e)
+        except FileNotFoundError:
+            return None  # moved on by a daemon meanwhile: not ours to judge
+        except OSError as e:
+            return f"unreadable: {e.strerror}"
+        if body.id != name.id:
+            return f"body id {body.id} does not match the file name"
+        return None
+
+    def duplicates(self) -> None:
+        for task_id, places in sorted(self.seen.items()):
+            if len(places) > 1:
+                self.report.found(
+                    f"task {task_id} is in {len(places)} places: "
+                    f"{', '.join(places)}; left for the operator",
+                    False,
+                )
+
+    def stale_tmp(self) -> None:
+        for entry in fsutil.listdir(self.spool.tmp):
+            path = os.path.join(self.spool.tmp, entry)
+            try:
+                age = self.now / SECOND - os.lstat(path).st_mtime
+            except FileNotFoundError:
+                continue
+            if age > HOUR / SECOND:
+                self.remove(path, f"tmp/{entry}: abandoned submission")
+
+    def keys(self) -> None:
+        for entry in fsutil.listdir(self.spool.keys):
+            path = os.path.join(self.spool.keys, entry)
+            if entry.startswith("."):
+                continue  # staging files: stale_tmp's rule applies via the daemon
+            try:
+                name = read_key(path, key_owner(entry))
+            except ForeignKey as e:
+                self.remove(path, f"keys/{entry}: {e} (a squat)")
+                continue
+            except (OSError, ValueError, CorruptFile):
+                self.remove(path, f"keys/{entry}: not a key file")
+                continue
+            if not self.gone(name.id):
+                continue
+            if os.path.exists(os.path.join(self.spool.tmp, f"{name.id}.task")):
+                continue  # a submission in flight: the key comes before its task
+            self.remove(path, f"keys/{entry}: names task {name.id}, which is gone")
+
+    def gone(self, task_id: str) -> bool:
+        """Whether no task has this id, looking again for one that moved meanwhile."""
+        if task_id in self.seen or task_id in self.moved:
+            return False
+        try:
+            self.spool.locate(task_id)
+        except (NotFound, BadInput):
+            return True
+        return False
+
+    def hints(self) -> None:
+        """Make every task's ids/ hint point at its file; remove hints of no task.
+
+        A hint left behind by a move the daemon made (it never updates them)
+        is rewritten quietly: that is normal. A missing one is a problem, as
+        is a hint of no task, or a file in ids/ that is no hint.
+        """
+        for task_id, places in sorted(self.seen.items()):
+            if len(places) != 1:
+                continue
+            path = os.path.join(self.spool.root, places[0])
+            hint = byid.read_hint(self.spool, task_id)
+            if hint is None and not os.path.lexists(byid.hint_path(self.spool, task_id)):
+                if self.fix(f"task {task_id} has no hint in ids/", "written"):
+                    byid.point(self.spool, task_id, path)
+                continue
+            if not self.dry and (hint is None or byid.name_of(path) != hint):
+                byid.point(self.spool, task_id, path)  # rewritten (in the current form)
+        for shard in fsutil.listdir(self.spool.ids):
+            directory = os.path.join(self.spool.ids, shard)
+            for entry in fsutil.listdir(directory):
+                if not stray(entry):
+                    self.hint(directory, entry)
+
+    def hint(self, directory: str, entry: str) -> None:
+        path = os.path.join(directory, entry)
+        if not valid_id(entry) or entry[-2:] != os.path.basename(directory):
+            self.remove(path, f"{self.rel(path)}: not a task id's hint")
+            return
+        if not os.path.islink(path):
+            self.remove(path, f"{self.rel(path)}: a hint must be a symbolic link")
+            return
+        if entry in self.seen or entry in self.moved:
+            return
+        if os.path.exists(os.path.join(self.spool.tmp, f"{entry}.task")):
+            return  # a submission in flight: the hint comes before its task
+        hint = byid.read_hint(self.spool, entry)
+        if hint is None:
+            self.remove(path, f"{self.rel(path)}: does not point at a task file")
+        elif byid.probe(self.spool, entry, byid.journal_names(self.spool, hint)) is None:
+            self.remove(path, f"{self.rel(path)}: names task {entry}, which is gone")
+
+    def orphaned_logs(self) -> None:
+        for entry in fsutil.listdir(self.spool.logs):
+            if self.gone(entry):
+                self.report.found(
+                    f"logs/{entry}: no task with this id; left for the operator", False
+                )
+
+
+def check(spool: Spool, now: int, dry_run: bool = False) -> Report:
+    """Check (and unless dry_run, repair) the spool; return the report."""
+    return Checker(spool, now, dry_run).run()

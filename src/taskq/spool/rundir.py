@@ -1,0 +1,101 @@
+"""The run/ directory: each daemon's lock, clock probe and health record.
+
+run/HOST_PID.lock is flock()ed by its daemon for as long as it lives, so on
+the same host a free lock means a dead daemon. run/HOST_PID.status is the
+daemon's health record, rewritten (tmp file, then rename) at every clock
+check, so `taskq status` can say which daemons are dispatching, their clock
+uncertainty and how busy they are. Records are advisory; the claims in
+claimed/ are the truth about ownership.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from typing import Any
+
+from taskq.errors import TaskqError
+from taskq.spool import fsutil
+from taskq.times.timespec import SECOND, parse_when
+
+SUFFIX = ".status"
+FILES = (".lock", ".status", ".probe")
+
+
+def owner_alive(run_dir: str, owner: str) -> bool:
+    """Tell whether a daemon of this host holds its lock (is alive)."""
+    try:
+        fd = os.open(
+            os.path.join(run_dir, owner + ".lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        )
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def record_alive(run_dir: str, record: dict[str, Any], local_host: str, now: int) -> bool:
+    """Judge whether a health record's daemon still runs.
+
+    Its lock says so wherever flock() works; a record from another host,
+    whose lock we may not be able to judge, counts while it is fresh (three
+    clock checks old at most, by our clock: clocks may disagree).
+    """
+    if owner_alive(run_dir, str(record.get("owner"))):
+        return True
+    if record.get("host") == local_host:
+        return False
+    try:
+        age = now - parse_when(str(record["updated_at"]), now)
+        return bool(age <= 3 * float(record["clock_check"]) * SECOND)
+    except (KeyError, ValueError, TypeError, TaskqError):
+        return False
+
+
+def forget(run_dir: str, owner: str) -> None:
+    """Remove a dead daemon's files from run/."""
+    for suffix in FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(run_dir, owner + suffix))
+
+
+def write(run_dir: str, owner: str, record: dict[str, Any]) -> None:
+    """Replace a daemon's record atomically; failures are the caller's to log."""
+    path = os.path.join(run_dir, owner + SUFFIX)
+    tmp = os.path.join(run_dir, f".{owner}.status.tmp")
+    data = (json.dumps(record) + "\n").encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def remove(run_dir: str, owner: str) -> None:
+    """Remove a daemon's record, if it is there."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(run_dir, owner + SUFFIX))
+
+
+def read_all(run_dir: str) -> list[dict[str, Any]]:
+    """Every daemon's last record, by owner name; unreadable ones are skipped."""
+    records = []
+    for entry in fsutil.listdir(run_dir):
+        if not entry.endswith(SUFFIX) or entry.startswith("."):
+            continue
+        try:
+            with open(os.path.join(run_dir, entry)) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records

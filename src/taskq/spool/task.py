@@ -1,0 +1,509 @@
+"""The task body and the spool's file names: parse and format, no I/O.
+
+A file's name carries what the scheduler sorts and compares without opening
+it (run_at, id, attempt and, in claimed/, the phase, lease expiry and owner);
+its body is the submitted request, immutable JSON. Every parser here rejects
+anything it did not produce, so a foreign file can be quarantined.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC
+from typing import Any, ClassVar, Self
+
+from taskq.errors import BadInput, CorruptFile
+from taskq.spool.memo import LastOf
+from taskq.text.lazyre import Lazy
+from taskq.times.timespec import (
+    MINUTE,
+    SECOND,
+    format_compact,
+    format_iso,
+    parse_compact,
+    parse_iso_utc,
+    parse_when,
+)
+
+FORMAT_VERSION = 1
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+MAX_STDIN = 1 << 20  # bytes of --stdin payload a task may carry
+MAX_BODY = 4 << 20  # a larger file in the spool is corrupt by definition
+# What exec() takes: the command's arguments and variables together (with a
+# NUL each), well inside Linux's ARG_MAX of a quarter of an 8 MiB stack,
+# leaving room for the variables the daemon adds; and each one string, as
+# Linux's MAX_ARG_STRLEN (32 pages) requires.
+MAX_EXEC = 1 << 20
+MAX_EXEC_STRING = (32 << 12) - 1
+MAIL_MODES = ("failure", "always", "never")
+MAX_AFTER = 100  # dependencies one task may name
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # 10 bits -> two digits
+_ID = Lazy(r"[0-9A-HJKMNP-TV-Z]{26}")
+_TOKEN = Lazy(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_QUEUE = Lazy(r"[A-Za-z0-9][A-Za-z0-9.-]{0,63}")  # no '_': it separates name fields
+_COMPACT = r"\d{8}T\d{6}\.\d{6}Z"
+_TASK_NAME = Lazy(
+    rf"({_COMPACT})_([0-9A-HJKMNP-TV-Z]{{26}})_([1-9]\d{{0,5}})_([A-Za-z0-9][A-Za-z0-9.-]{{0,63}})"
+)
+_CLAIM_NAME = Lazy(
+    rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+_[^_]+)_(claimed|started|cancelling)_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
+)
+
+TASK_NAME = _TASK_NAME  # groups: run_at (compact), id, attempt, queue
+CLAIM_NAME = _CLAIM_NAME  # groups: task name, phase, expiry, pid, host
+
+
+_last_id = 0
+
+
+def _base64() -> Any:
+    """The base64 module, imported for the rare task with a payload."""
+    import base64
+
+    return base64
+
+
+def new_id(now_us: int) -> str:
+    """Make a ULID-style id: 48 bits of milliseconds, 80 random bits, base32.
+
+    Ids made by one process only ever increase (within a millisecond the
+    previous one plus one), so the tasks of a batch keep their input order.
+    """
+    global _last_id
+    value = ((now_us // 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+    value = max(value, _last_id + 1)
+    _last_id = value
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(120, -1, -10)])
+
+
+def valid_id(text: str) -> bool:
+    """Tell whether text is a well-formed task id (safe to put in a path)."""
+    return _ID.fullmatch(text) is not None
+
+
+def check_id(text: str) -> str:
+    """Return a normalised task id or raise BadInput naming the problem."""
+    upper = text.strip().upper()
+    if not valid_id(upper):
+        raise BadInput(f"bad task id {text!r}: expected 26 characters of Crockford base32")
+    return upper
+
+
+def check_token(kind: str, text: str) -> str:
+    """Validate a host id: letters, digits, '.', '_', '-'; at most 64."""
+    if _TOKEN.fullmatch(text) is None:
+        raise BadInput(f"bad {kind} {text!r}: use letters, digits, '.', '_' or '-' (max 64)")
+    return text
+
+
+def check_queue(text: str) -> str:
+    """Validate a queue name: letters, digits, '.', '-'; at most 64."""
+    if _QUEUE.fullmatch(text) is None:
+        raise BadInput(f"bad queue {text!r}: use letters, digits, '.' or '-' (max 64)")
+    return text
+
+
+def bucket_of(run_at: int) -> str:
+    """Name the pending bucket of an instant: its UTC minute, YYYYMMDDHHMM."""
+    return _bucket_of_minute(run_at // MINUTE)
+
+
+@functools.lru_cache(maxsize=4096)  # a batch's thousand tasks of an hour fall in sixty buckets
+def _bucket_of_minute(minute: int) -> str:
+    compact = format_compact(minute * MINUTE)
+    return compact[:8] + compact[9:13]
+
+
+def valid_bucket(name: str) -> bool:
+    """Tell whether a directory name in pending/ is a bucket."""
+    return len(name) == 12 and name.isascii() and name.isdigit()  # no pattern: 43,200 a month
+
+
+def bucket_start(name: str) -> int:
+    """The first instant of a bucket."""
+    return parse_compact(f"{name[:8]}T{name[8:12]}00.000000Z")
+
+
+def day_of(instant: int) -> str:
+    """Name the done/ directory of an instant: YYYYMMDD."""
+    return format_compact(instant)[:8]
+
+
+class _Name:
+    """An immutable file name's fields, compared and hashed as the tuple of them.
+
+    Written out rather than made by @dataclass: generating a dataclass's
+    methods costs every `taskq` run a millisecond or more per class. Its
+    text is formatted once and kept (`_text`).
+    """
+
+    __slots__ = ("_text",)
+    _text: str | None
+    _FIELDS: ClassVar[tuple[str, ...]]  # in the order of _key, __init__ and repr
+
+    def _key(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def _set(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_text", None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._key() == other._key()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={v!r}" for n, v in zip(self._FIELDS, self._key(), strict=True))
+        return f"{type(self).__name__}({fields})"
+
+    def __reduce__(self) -> tuple[type[Self], tuple[Any, ...]]:
+        return type(self), self._key()  # copy and pickle make it anew, not by setattr
+
+    def with_(self, **changes: Any) -> Self:
+        """Return a copy with some fields replaced."""
+        fields = dict(zip(self._FIELDS, self._key(), strict=True))
+        fields.update(changes)
+        return type(self)(**fields)
+
+
+class TaskName(_Name):
+    """The name of a task file outside claimed/: run_at, id, attempt, queue.
+
+    Sorting names sorts by run_at, then id (submission order): dispatch order.
+    """
+
+    __slots__ = ("attempt", "id", "queue", "run_at")
+    _FIELDS = ("run_at", "id", "attempt", "queue")
+    run_at: int
+    id: str
+    attempt: int
+    queue: str
+
+    def __init__(self, run_at: int, id: str, attempt: int, queue: str = DEFAULT_QUEUE) -> None:
+        self._set(run_at=run_at, id=id, attempt=attempt, queue=queue)
+
+    def _key(self) -> tuple[int, str, int, str]:
+        return (self.run_at, self.id, self.attempt, self.queue)
+
+    def __lt__(self, other: TaskName) -> bool:
+        return self._key() < other._key()
+
+    def __le__(self, other: TaskName) -> bool:
+        return self._key() <= other._key()
+
+    def __gt__(self, other: TaskName) -> bool:
+        return self._key() > other._key()
+
+    def __ge__(self, other: TaskName) -> bool:
+        return self._key() >= other._key()
+
+    def __str__(self) -> str:
+        text: str | None = self._text
+        if text is None:  # a name is formatted many times on the daemon's path: once here
+            text = f"{format_compact(self.run_at)}_{self.id}_{self.attempt}_{self.queue}"
+            object.__setattr__(self, "_text", text)
+        return text
+
+    @classmethod
+    def parse(cls, name: str) -> TaskName:
+        """Parse a task file name; raise ValueError if it is not one."""
+        m = _TASK_NAME.fullmatch(name)
+        if not m:
+            raise ValueError(f"not a task file name: {name!r}")
+        return cls(parse_compact(m.group(1)), m.group(2), int(m.group(3)), m.group(4))
+
+    @property
+    def bucket(self) -> str:
+        return bucket_of(self.run_at)
+
+
+class ClaimName(_Name):
+    """The name of a file in claimed/: the task name, phase, lease and owner."""
+
+    __slots__ = ("expiry", "host", "phase", "pid", "task")
+    _FIELDS = ("task", "phase", "expiry", "pid", "host")
+    task: TaskName
+    phase: str  # "claimed" (not started), "started", or "cancelling" (started; stop it)
+    expiry: int
+    pid: int
+    host: str
+
+    def __init__(self, task: TaskName, phase: str, expiry: int, pid: int, host: str) -> None:
+        self._set(task=task, phase=phase, expiry=expiry, pid=pid, host=host)
+
+    def _key(self) -> tuple[TaskName, str, int, int, str]:
+        return (self.task, self.phase, self.expiry, self.pid, self.host)
+
+    def __str__(self) -> str:
+        text: str | None = self._text
+        if text is None:
+            exp = format_compact(self.expiry)
+            text = f"{self.task}_{self.phase}_{exp}_{self.pid}_{self.host}"
+            object.__setattr__(self, "_text", text)
+        return text
+
+    @classmethod
+    def parse(cls, name: str) -> ClaimName:
+        """Parse a claimed/ file name; raise ValueError if it is not one."""
+        m = _CLAIM_NAME.fullmatch(name)
+        if not m or _TOKEN.fullmatch(m.group(5)) is None:
+            raise ValueError(f"not a claim file name: {name!r}")
+        task = TaskName.parse(m.group(1))
+        return cls(task, m.group(2), parse_compact(m.group(3)), int(m.group(4)), m.group(5))
+
+    @property
+    def owner(self) -> str:
+        """The owning daemon, as named in run/: HOST_PID."""
+        return f"{self.host}_{self.pid}"
+
+
+# json.dumps(indent=1) falls back to json's pure-Python encoder, which was a
+# third of a batch submission's time; layout() writes the same bytes with
+# its C parts. No JSON string holds a raw newline, so the separators below
+# appear nowhere else.
+_STR = json.encoder.c_encode_basestring or json.encoder.py_encode_basestring  # type: ignore[attr-defined]
+_INNER = json.JSONEncoder(ensure_ascii=False, separators=(",\n  ", ": ")).encode
+_SCALARS = {None: "null", True: "true", False: "false"}
+
+
+def layout(doc: dict[str, Any]) -> bytes:
+    """doc as json.dumps(doc, indent=1) lays it out, newline-terminated; values nest once at most.
+
+    Each top-level key starts a line with one space, and only they do
+    (listing.command_of relies on it); a list's or object's members take a
+    line each, indented by two.
+    """
+    parts = [f"{_STR(key)}: {_value(value)}" for key, value in doc.items()]
+    return ("{\n " + ",\n ".join(parts) + "\n}\n").encode() if parts else b"{}\n"
+
+
+def _value(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        return _STR(value)
+    if value is None or value is True or value is False:
+        return _SCALARS[value]
+    if kind is int:
+        return int.__repr__(value)  # as json writes an int
+    if kind is dict and value:
+        return _object(value)
+    if kind is list and value and all(type(v) is str for v in value):
+        return "[\n  " + ",\n  ".join(map(_STR, value)) + "\n ]"  # a command: strings
+    if kind is list and value:
+        return _members(_INNER(value))
+    return _INNER(value)  # floats, empty containers, and what json makes of anything else
+
+
+def _members(text: str) -> str:
+    """A list's or object's compact encoding with each member on a line of its own."""
+    return f"{text[0]}\n  {text[1:-1]}\n {text[-1]}"
+
+
+def _encoded_object(value: dict[str, Any]) -> str:
+    return _members(_INNER(value))
+
+
+_object = LastOf(_encoded_object)  # a batch's bodies share one env: encoded once
+
+
+@dataclass(frozen=True)
+class TaskBody:
+    """The submitted request, written once and never modified."""
+
+    id: str
+    argv: list[str]
+    run_at: int
+    submitted_at: int
+    cwd: str = "/"
+    env: dict[str, str] = field(default_factory=dict)
+    queue: str = DEFAULT_QUEUE
+    key: str | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout: int | None = None  # microseconds
+    expires: int | None = None  # microseconds after run_at
+    stdin: bytes | None = None
+    umask: int | None = None  # the submitter's; None: the daemon's
+    env_recorded: bool = False  # env holds the submitter's environment (not --no-env)
+    after: list[str] = field(default_factory=list)  # ids of tasks it waits for (--after)
+    after_any: bool = False  # run however they ended (--after-any), not only if all are done
+    mail: str | None = None  # --mail: failure, always or never; None: as MAILTO says
+
+    def to_json(self) -> bytes:
+        """Serialise to the on-disk JSON form (documented in taskq-spool(5)), once.
+
+        A body is never modified, so its file is encoded once and kept: a
+        submission checks the file's size, then writes the same bytes.
+        """
+        data: bytes | None = self.__dict__.get("_file")
+        if data is None:
+            data = self._encode()
+            object.__setattr__(self, "_file", data)
+        return data
+
+    def _encode(self) -> bytes:
+        doc: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "id": self.id,
+            "argv": self.argv,
+            "cwd": self.cwd,
+            "env": self.env,
+            "queue": self.queue,
+            "key": self.key,
+            "max_attempts": self.max_attempts,
+            "timeout": _secs(self.timeout),
+            "expires": _secs(self.expires),
+            "run_at": format_iso(self.run_at),
+            "submitted_at": format_iso(self.submitted_at),
+            "stdin": None if self.stdin is None else _base64().b64encode(self.stdin).decode(),
+            "umask": None if self.umask is None else f"{self.umask:04o}",
+            "env_recorded": self.env_recorded,
+        }
+        if self.after:  # written only when given, so older readers see the same bodies
+            doc["after"] = self.after
+            doc["after_mode"] = "any" if self.after_any else "ok"
+        if self.mail is not None:
+            doc["mail"] = self.mail
+        return layout(doc)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TaskBody:
+        """Parse and validate a body; raise CorruptFile with the reason."""
+        try:
+            doc = json.loads(data)
+            return cls._from_doc(doc)
+        except CorruptFile:
+            raise
+        except (ValueError, TypeError, KeyError, BadInput) as e:
+            raise CorruptFile(f"bad task body: {e}") from None
+
+    @classmethod
+    def _from_doc(cls, doc: Any) -> TaskBody:
+        if not isinstance(doc, dict):
+            raise CorruptFile("bad task body: not a JSON object")
+        if doc.get("version") != FORMAT_VERSION:
+            raise CorruptFile(f"bad task body: unknown version {doc.get('version')!r}")
+        argv = doc["argv"]
+        if not (isinstance(argv, list) and argv and _all_text(argv)):
+            raise CorruptFile("bad task body: argv must be a non-empty list of strings")
+        env = doc.get("env") or {}
+        if not (isinstance(env, dict) and _all_text(env) and _all_text(env.values())):
+            raise CorruptFile("bad task body: env must map strings to strings")
+        stdin = doc.get("stdin")
+        return cls(
+            id=check_id(_str(doc, "id")),
+            argv=argv,
+            cwd=_str(doc, "cwd"),
+            env=env,
+            queue=check_queue(_str(doc, "queue")),
+            key=_opt_str(doc, "key"),
+            max_attempts=_positive_int(doc, "max_attempts"),
+            timeout=_opt_us(doc, "timeout"),
+            expires=_opt_us(doc, "expires"),
+            run_at=_instant(doc, "run_at"),
+            submitted_at=_instant(doc, "submitted_at"),
+            stdin=None if stdin is None else _base64().b64decode(_str(doc, "stdin"), validate=True),
+            umask=_umask(doc),
+            env_recorded=doc.get("env_recorded") is True,
+            after=_after(doc),
+            after_any=_choice(doc, "after_mode", ("ok", "any"), "ok") == "any",
+            mail=_opt_choice(doc, "mail", MAIL_MODES),
+        )
+
+
+def _all_text(items: Iterable[object]) -> bool:
+    """Whether every item is a str (json makes no subclass), checked in C: bodies carry dozens."""
+    return set(map(type, items)) <= _TEXT
+
+
+_TEXT = {str}
+
+
+def _instant(doc: dict[str, Any], key: str) -> int:
+    """A time in a body: as taskq writes it, or as a person may (parse_when).
+
+    The spool is UTC: a hand-written time without an offset is read as UTC,
+    never in the zone of whichever daemon reads it.
+    """
+    text = _str(doc, key)
+    us = parse_iso_utc(text)
+    return parse_when(text, 0, UTC) if us is None else us
+
+
+def _umask(doc: dict[str, Any]) -> int | None:
+    """The recorded umask: absent, null, or octal text such as "0022"."""
+    text = _opt_str(doc, "umask")
+    if text is None:
+        return None
+    if not re.fullmatch(r"0?[0-7]{1,3}", text):
+        raise CorruptFile(f"bad task body: umask {text!r} is not an octal mask")
+    return int(text, 8)
+
+
+def _after(doc: dict[str, Any]) -> list[str]:
+    value = doc.get("after") or []
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise CorruptFile("bad task body: after must be a list of task ids")
+    return [check_id(v) for v in value]
+
+
+def _choice(doc: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+    value = _opt_choice(doc, key, allowed)
+    return default if value is None else value
+
+
+def _opt_choice(doc: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str | None:
+    value = doc.get(key)
+    if value is not None and value not in allowed:
+        raise CorruptFile(f"bad task body: {key} must be one of {', '.join(allowed)}")
+    return value
+
+
+def _secs(us: int | None) -> float | None:
+    return None if us is None else us / SECOND
+
+
+def _str(doc: dict[str, Any], key: str) -> str:
+    value = doc[key]
+    if not isinstance(value, str):
+        raise CorruptFile(f"bad task body: {key} must be a string")
+    return value
+
+
+def _opt_str(doc: dict[str, Any], key: str) -> str | None:
+    return None if doc.get(key) is None else _str(doc, key)
+
+
+def _positive_int(doc: dict[str, Any], key: str) -> int:
+    value = doc[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise CorruptFile(f"bad task body: {key} must be a positive integer")
+    return value
+
+
+def _opt_us(doc: dict[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise CorruptFile(f"bad task body: {key} must be a positive number of seconds")
+    return round(value * SECOND)

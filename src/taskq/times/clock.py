@@ -1,0 +1,146 @@
+"""The daemon's idea of now: a wall clock, a monotonic clock, and how far to trust them.
+
+A task may start only when now - uncertainty >= run_at. The offset bounds
+how far our wall clock runs ahead of (positive) or behind (negative) the
+spool filesystem's clock: we write to a probe file, so that the filesystem
+stamps its mtime, and compare. On a shared filesystem that makes the file
+server the one reference clock for every host; on one host the offset is
+about the timestamp granularity.
+
+Wall clocks step (NTP at boot, a VM resumed, an operator's `date -s`); the
+monotonic clock does not. So the offset is carried forward between
+measurements by how much the wall clock moved beyond the monotonic one
+since the last measurement: a step counts in full the moment it happens,
+before anything is dispatched on it, and `stepped()` tells the daemon to
+measure again. Both clocks are injected, so every user of this class can be
+tested with a stepped clock.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from taskq.times.timespec import MS, SECOND
+
+SAMPLES = 5  # probe writes per measurement; the tightest bound is kept
+STEP = 2 * MS  # wall minus monotonic progress beyond this is a step, not jitter
+
+
+def wall_us() -> int:
+    """The wall clock in microseconds since the epoch."""
+    return time.time_ns() // 1000
+
+
+def mono_us() -> int:
+    """The monotonic clock in microseconds."""
+    return time.monotonic_ns() // 1000
+
+
+class Clock:
+    """Wall-clock readings with a measured uncertainty bound that follows steps."""
+
+    def __init__(
+        self,
+        margin: int = 1 * MS,
+        max_uncertainty: int = 2 * SECOND,
+        wall: Callable[[], int] = wall_us,
+        mono: Callable[[], int] = mono_us,
+    ) -> None:
+        self.margin = margin
+        self.max_uncertainty = max_uncertainty
+        self.wall = wall
+        self.mono = mono
+        self.offset = 0  # our clock minus the reference clock at the last measurement, µs
+        self.measured = False
+        self._anchor = self._pair()  # (wall, mono) when the offset was measured
+
+    def now(self) -> int:
+        return self.wall()
+
+    def _pair(self) -> tuple[int, int, int]:
+        """Read both clocks as close together as the scheduler lets us: (wall, mono, error)."""
+        best = (0, 0, 1 << 62)
+        for _ in range(3):
+            m0 = self.mono()
+            w = self.wall()
+            m1 = self.mono()
+            if m1 - m0 < best[2]:
+                best = (w, (m0 + m1) // 2, m1 - m0)
+            if best[2] < 100:  # µs: not preempted between the readings
+                break
+        return best
+
+    def _drift(self) -> tuple[int, int]:
+        wall, mono, err = self._pair()
+        anchor_wall, anchor_mono, anchor_err = self._anchor
+        return (wall - anchor_wall) - (mono - anchor_mono), (err + anchor_err) // 2
+
+    def drift(self) -> int:
+        """How far the wall clock has moved beyond the monotonic one since measuring."""
+        return self._drift()[0]
+
+    def offset_now(self) -> int:
+        """The offset now: as measured, plus every step since."""
+        return self.offset + self.drift()
+
+    def stepped(self) -> bool:
+        """Whether the wall clock stepped since the last measurement (measure again)."""
+        drift, err = self._drift()
+        return abs(drift) > STEP + err
+
+    def uncertainty(self) -> int:
+        """|offset| + margin: the disagreement with the reference, either way."""
+        return abs(self.offset_now()) + self.margin
+
+    def trusted(self) -> bool:
+        """Whether the uncertainty is small enough to dispatch on."""
+        return self.uncertainty() <= self.max_uncertainty
+
+    def earliest_start(self, run_at: int) -> int:
+        """The first reading of our clock at which run_at has surely passed.
+
+        The offset is an upper bound on how far we run ahead (negative when
+        we run behind), so the reference clock has surely reached run_at
+        once ours reads run_at + offset (+ the margin), whichever its sign.
+        """
+        return run_at + self.offset_now() + self.margin
+
+    def may_start(self, run_at: int, now: int) -> bool:
+        return now >= self.earliest_start(run_at)
+
+    def reference(self, now: int) -> int:
+        """A reading of ours as the reference clock would have it (for lease expiries)."""
+        return now - self.offset_now()
+
+    def measure(self, probe: str) -> int:
+        """Measure the offset against the filesystem that holds probe; return it.
+
+        Each sample brackets the filesystem's stamp between two readings of
+        our clock: t_after - mtime is an upper bound on how far we are ahead
+        (it also includes the stamp's granularity), so the smallest one over
+        a few samples is the tightest safe estimate.
+        """
+        best: int | None = None
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            for i in range(SAMPLES):
+                # A write, not utime(): the kernel (or file server) stamps it,
+                # and a faked clock in this process cannot supply the time.
+                os.pwrite(fd, bytes([i]), 0)
+                mtime = os.fstat(fd).st_mtime_ns // 1000
+                ahead = self.wall() - mtime
+                best = ahead if best is None or ahead < best else best
+                time.sleep(0.0003)
+        finally:
+            os.close(fd)
+        assert best is not None
+        self.set_offset(best)
+        return best
+
+    def set_offset(self, offset: int) -> None:
+        """Record a measured offset as of now (measure() calls it; tests may too)."""
+        self.offset = offset
+        self.measured = True
+        self._anchor = self._pair()

@@ -1,0 +1,313 @@
+"""Parse and format instants and durations; pure functions, time injected.
+
+Instants are integers of microseconds since the Unix epoch, UTC: exact,
+totally ordered and free of float rounding. Durations are microseconds too.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time as _time
+from collections.abc import Callable
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
+
+from taskq.errors import BadInput
+from taskq.text.lazyre import Lazy
+
+US = 1
+MS = 1_000
+SECOND = 1_000_000
+MINUTE = 60 * SECOND
+HOUR = 60 * MINUTE
+DAY = 24 * HOUR
+
+_UNITS = {"us": US, "ms": MS, "s": SECOND, "m": MINUTE, "h": HOUR, "d": DAY, "w": 7 * DAY}
+_PART = Lazy(r"(\d+(?:\.\d+)?)(us|ms|s|m|h|d|w)")
+_BARE = Lazy(r"\d+(?:\.\d+)?")
+_EPOCH = Lazy(r"@(-?\d+)(?:\.(\d{1,9}))?")
+_EPOCH_US = datetime(1970, 1, 1, tzinfo=UTC)
+# The latest instant a task may name; keeps names fixed-width (year 9999).
+MAX_INSTANT = 253402300799 * SECOND
+# The longest duration taskq takes (a century): a delay from now still
+# names a time before year 9999, and no sum of durations overflows.
+MAX_DURATION = 36525 * DAY
+
+
+def _decimal_us(text: str, unit: int) -> int:
+    """Convert a decimal string times a unit to whole microseconds, exactly."""
+    whole, _, frac = text.partition(".")
+    scaled = int(whole) * unit
+    if frac:
+        scaled += int(frac) * unit // 10 ** len(frac)
+    return scaled
+
+
+def parse_duration(text: str) -> int:
+    """Parse '90', '90s', '250ms', '5m', '2h', '1d', '1h30m' to microseconds."""
+    s = text.strip().lower()
+    if _BARE.fullmatch(s):
+        return within_limit(_decimal_us(s, SECOND), text)
+    pos, total = 0, 0
+    for m in _PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += _decimal_us(m.group(1), _UNITS[m.group(2)])
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise BadInput(f"bad duration {text!r}: use e.g. 90, 90s, 250ms, 5m, 2h, 1d or 1h30m")
+    return within_limit(total, text)
+
+
+def within_limit(us: int, text: object) -> int:
+    """A duration no longer than MAX_DURATION (a century); BadInput otherwise."""
+    if us > MAX_DURATION:
+        raise BadInput(f"duration {text!r} is longer than the limit of 36525d (a century)")
+    return us
+
+
+def parse_when(text: str, now: int, zone: tzinfo | None = None) -> int:
+    """Parse an instant as at(1) users type it, or ISO-8601, '@EPOCH[.frac]' or 'now'.
+
+    A time without an offset is a wall time in zone (default: the local zone,
+    zones.local_zone), resolved here, once. The forms: HH:MM[:SS] (the next
+    such time), noon, midnight, teatime (16:00), each optionally with today,
+    tomorrow or YYYY-MM-DD (before or after it); ISO-8601; and any of these
+    followed by '+ N minutes|hours|days|weeks'. Minutes and hours add elapsed
+    time; days and weeks add calendar days and keep the wall time, as at(1).
+    """
+    s = " ".join(text.split())
+    m = _EPOCH.fullmatch(s)
+    if m:
+        frac = m.group(2) or ""
+        us = int(m.group(1)) * SECOND + (int(frac.ljust(6, "0")[:6]) if frac else 0)
+        return _check_range(us, text)
+    base, amount, unit = _increment(s)
+    if base.lower() == "now" and unit not in ("day", "week"):
+        return _check_range(now + amount * _UNIT_US.get(unit or "", 0), text)
+    try:
+        return _check_range(_resolve(base, amount, unit, now, zone), text)
+    except _Bad as e:
+        raise BadInput(f"bad time {text!r}: {e}") from None
+    except OverflowError:
+        raise BadInput(f"time {text!r} is out of range (1970 to 9999)") from None
+
+
+class _Bad(BadInput):
+    """What is wrong with a time; parse_when names the time it was given."""
+
+
+_UNIT_US = {"minute": MINUTE, "hour": HOUR}
+_INCREMENT = Lazy(r"(.*?) ?\+ ?(\d{1,7}) ?(minute|min|hour|day|week)s?", re.IGNORECASE)
+_CLOCK = Lazy(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+_NAMED = {"noon": "12:00", "midnight": "00:00", "teatime": "16:00"}
+_DATE = Lazy(r"\d{4}-\d{2}-\d{2}")
+_HELP = (
+    "use HH:MM[:SS] [today|tomorrow|YYYY-MM-DD], noon, midnight, teatime, "
+    "now + N minutes|hours|days|weeks, ISO-8601 or @EPOCH"
+)
+
+
+def _increment(s: str) -> tuple[str, int, str | None]:
+    """Split '+ N unit' off the end: (the base, N, the unit), or (s, 0, None)."""
+    m = _INCREMENT.fullmatch(s)
+    if m is None:
+        return s, 0, None
+    unit = m.group(3).lower()
+    return m.group(1), int(m.group(2)), "minute" if unit == "min" else unit
+
+
+def _resolve(base: str, amount: int, unit: str | None, now: int, zone: tzinfo | None) -> int:
+    """The instant of base plus the increment; naive times are wall times in zone."""
+    days = timedelta(days=amount * {"day": 1, "week": 7}.get(unit or "", 0))
+    elapsed = amount * _UNIT_US.get(unit or "", 0)
+    iso = _iso(base)
+    if iso is not None and iso.tzinfo is not None:
+        return datetime_to_us(iso + days) + elapsed
+    from taskq.times import zones
+
+    zone = zone if zone is not None else zones.local_zone()
+    local_now = zones.wall_now(now, zone)
+    if iso is not None:
+        wall = iso
+    elif base.lower() == "now":
+        wall = local_now
+    else:
+        wall = _wall(base, local_now)
+    return zones.resolve(wall + days, zone) + elapsed
+
+
+def _iso(base: str) -> datetime | None:
+    """An ISO-8601 date or time (aware or naive); None if base is not one."""
+    try:
+        return datetime.fromisoformat(_trim_fraction(base))
+    except ValueError:
+        return None
+
+
+def _wall(base: str, local_now: datetime) -> datetime:
+    """The naive wall time of an at-style time: a time of day, perhaps with a day."""
+    clock: str | None = None
+    day: str | None = None
+    for word in base.lower().split():
+        word = _NAMED.get(word, word)
+        if _CLOCK.fullmatch(word) and clock is None:
+            clock = word
+        elif (word in ("today", "tomorrow") or _DATE.fullmatch(word)) and day is None:
+            day = word
+        else:
+            raise _Bad(_HELP)
+    if clock is None:
+        raise _Bad(_HELP)
+    return _on_day(_time_of_day(clock), day, local_now)
+
+
+def _time_of_day(clock: str) -> time:
+    m = _CLOCK.fullmatch(clock)
+    assert m is not None
+    try:
+        return time(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    except ValueError:
+        raise _Bad(f"no time of day {clock}") from None
+
+
+def _on_day(at: time, day: str | None, local_now: datetime) -> datetime:
+    """at on the day named; with none, the next such time (the current minute counts)."""
+    if day is None:
+        wall = datetime.combine(local_now.date(), at)
+        current = local_now.replace(second=0 if at.second == 0 else local_now.second, microsecond=0)
+        return wall if wall >= current else wall + timedelta(days=1)
+    if day in ("today", "tomorrow"):
+        return datetime.combine(local_now.date() + timedelta(days=day == "tomorrow"), at)
+    try:
+        return datetime.combine(date.fromisoformat(day), at)
+    except ValueError:
+        raise _Bad(f"no day {day}") from None
+
+
+def _trim_fraction(s: str) -> str:
+    """Cut fractional seconds beyond microseconds, which fromisoformat rejects."""
+    return re.sub(r"(\.\d{6})\d+", r"\1", s)
+
+
+def _check_range(us: int, text: str) -> int:
+    if not 0 <= us <= MAX_INSTANT:
+        raise BadInput(f"time {text!r} is out of range (1970 to 9999)")
+    return us
+
+
+def datetime_to_us(dt: datetime) -> int:
+    """Convert an aware datetime to microseconds since the epoch."""
+    delta = dt - _EPOCH_US
+    return (delta.days * 86400 + delta.seconds) * SECOND + delta.microseconds
+
+
+def us_to_datetime(us: int) -> datetime:
+    """Convert microseconds since the epoch to an aware UTC datetime."""
+    return _EPOCH_US + timedelta(microseconds=us)
+
+
+@functools.lru_cache(maxsize=1024)  # a batch's lines share their submission time
+def format_iso(us: int) -> str:
+    """Format an instant as ISO-8601 UTC with microseconds: 2026-12-01T09:00:00.000000Z."""
+    t, frac = _utc_fields(us)
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
+        f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{frac:06d}Z"
+    )
+
+
+def _utc_fields(us: int) -> tuple[_time.struct_time, int]:
+    """The UTC calendar fields of an instant and its microseconds; years 1 to 9999 only.
+
+    gmtime is several times faster than datetime.strftime, on the hot paths.
+    """
+    sec, frac = divmod(us, SECOND)
+    t = _time.gmtime(sec)
+    if not 1 <= t.tm_year <= 9999:
+        raise ValueError(f"year {t.tm_year} is out of range")
+    return t, frac
+
+
+@functools.lru_cache(maxsize=1024)  # a burst names one run_at thousands of times
+def format_compact(us: int) -> str:
+    """Format an instant for file names: 20261201T090000.000000Z (sorts as it orders).
+
+    Cut from format_iso's text: a task's body and its file name show the
+    same instant, and the calendar is worked out once for both.
+    """
+    iso = format_iso(us)
+    return f"{iso[:4]}{iso[5:7]}{iso[8:13]}{iso[14:16]}{iso[17:]}"
+
+
+_COMPACT = Lazy(r"(\d{8})T(\d{6})\.(\d{6})Z")
+
+
+def parse_compact(text: str) -> int:
+    """Parse the file-name form of an instant; raise ValueError if malformed."""
+    m = _COMPACT.fullmatch(text)
+    us = None if m is None else _utc_instant(text, (0, 4, 6, 9, 11, 13), 16)
+    if us is None:
+        raise ValueError(f"not a compact instant: {text!r}")
+    return us
+
+
+def parse_iso_utc(text: str) -> int | None:
+    """The instant of format_iso's exact form (2026-12-01T09:00:00.000000Z), else None.
+
+    The fast path for the times taskq writes itself; parse_when reads any other.
+    """
+    if len(text) != 27 or text[4] != "-" or text[10] != "T" or text[-1] != "Z":
+        return None
+    return _utc_instant(text, (0, 5, 8, 11, 14, 17), 20, format_iso)
+
+
+def _utc_instant(
+    text: str, starts: tuple[int, ...], frac: int, form: Callable[[int], str] | None = None
+) -> int | None:
+    """The instant whose UTC fields stand in text, or None.
+
+    The year's four digits and then two digits each start at `starts`, six
+    of microseconds at `frac`. None unless formatting the instant back gives
+    text: that refuses what is no date (February 30) and any other form.
+    """
+    try:
+        y, mo, d, h, mi, sec = (int(text[i : i + (4 if i == starts[0] else 2)]) for i in starts)
+        micros = int(text[frac : frac + 6])
+    except ValueError:
+        return None
+    if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and sec < 60):
+        return None
+    days = _days_from_civil(y, mo, d)
+    us = ((days * 24 + h) * 60 + mi) * 60 * SECOND + sec * SECOND + micros
+    try:
+        return us if (form or format_compact)(us) == text else None  # Feb 30 is not
+    except ValueError:
+        return None
+
+
+def _days_from_civil(y: int, m: int, d: int) -> int:
+    """Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm)."""
+    y -= m <= 2
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def format_duration(us: int) -> str:
+    """Format a duration for people: 1.234s, 12ms, 3m05s."""
+    sign, us = ("-", -us) if us < 0 else ("", us)
+    if us < SECOND:
+        return f"{sign}{us / MS:.3g}ms"
+    if us < MINUTE:
+        return f"{sign}{us / SECOND:.3f}s"
+    minutes, rest = divmod(us // SECOND, 60)
+    if minutes < 60:
+        return f"{sign}{minutes}m{rest:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{sign}{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{sign}{days}d{hours:02d}h"

@@ -1,0 +1,198 @@
+"""Crash-point injection: kill -9 at every step of every transition, then recover.
+
+Each case runs daemons (or submitters) with TASKQ_CRASH_AT naming one crash
+point, so that they die there with SIGKILL, restarts them, and checks the
+promises against each task's own record of its executions: nothing accepted
+is lost, nothing starts before its run_at, no attempt runs twice, and a task
+that always succeeds runs more than once only when the journal records a
+lost attempt.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TASKQ, Daemon, Taskq, read_stamps, wait_for
+
+from taskq.spool.faults import POINTS
+
+StartDaemon = Callable[..., Daemon]
+SRC = Path(__file__).resolve().parents[2] / "src" / "taskq"
+
+
+def test_every_crash_point_is_placed_and_listed() -> None:
+    placed = set()
+    for path in SRC.rglob("*.py"):
+        placed |= set(re.findall(r'crash_point\("([a-z.-]+)"\)', path.read_text()))
+    assert placed == set(POINTS)
+
+
+def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [r for r in doc["attempts"] if r["event"] == name]
+
+
+def run_until_crash(tq: Taskq, tmp_path: Path, spec: str | None, n: int, wait: float) -> None:
+    """A daemon with TASKQ_CRASH_AT=spec; it dies at the point, or we kill it after `wait`."""
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
+    if spec:
+        env["TASKQ_CRASH_AT"] = spec
+    log = open(tmp_path / f"crash-run-{n}.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [*TASKQ, "daemon", "--host-id", "testhost", "--lease", "1.2s", "--retry-delay", "0.1s"],
+        env=env,
+        stderr=log,
+    )
+    try:
+        proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
+# (crash point of the first run, of the second run): the second run of
+# takeover and release points recovers what the first run left behind.
+DAEMON_CASES = [
+    ("daemon.claimed", "daemon.claimed"),
+    ("daemon.started", "daemon.started"),
+    ("daemon.committed", "daemon.committed"),
+    ("daemon.spawned", "daemon.spawned"),
+    ("daemon.reaped", "daemon.reaped"),
+    ("daemon.finished", "daemon.finished"),
+    ("daemon.finished:3", "daemon.finished:2"),
+    ("daemon.renewed", "daemon.renewed"),
+    ("daemon.quarantined", "daemon.quarantined"),
+    ("daemon.spawned", "daemon.taken-over"),
+    ("daemon.claimed", "daemon.released"),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), DAEMON_CASES, ids=[c[1] for c in DAEMON_CASES])
+def test_daemon_crash_points(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path, stamps: Path, first: str, second: str
+) -> None:
+    ok_script = f'echo "$TASKQ_ID $TASKQ_ATTEMPT $(date +%s.%N)" >> {stamps}; sleep 0.8'
+    flaky_script = ok_script + '; [ "$TASKQ_ATTEMPT" -ge 2 ]'
+    run_at = time.time() + 0.5
+    ok = [tq.submit("--at", f"@{run_at:.6f}", "--", "sh", "-c", ok_script) for _ in range(4)]
+    flaky = [tq.submit("--at", f"@{run_at:.6f}", "--", "sh", "-c", flaky_script) for _ in range(2)]
+    bucket = next((tq.spool / "pending").iterdir())
+    (bucket / "garbage").write_text("not a task")
+    run_until_crash(tq, tmp_path, first, 1, 6)
+    run_until_crash(tq, tmp_path, second, 2, 6)
+    start_daemon("--lease", "1.2s", "--retry-delay", "0.1s")
+    for task_id in ok + flaky:
+        tq.wait_state(task_id, ("done",), timeout=30)
+    runs = collections.Counter((t, a) for t, a, _ in read_stamps(stamps))
+    assert all(n == 1 for n in runs.values()), f"an attempt ran twice: {runs}"
+    assert all(when >= run_at for _, _, when in read_stamps(stamps)), "a task started early"
+    # One host, so every supervisor outlived its daemon: a daemon crash alone
+    # must cost no execution and lose no attempt.
+    for task_id in ok + flaky:
+        doc = tq.show(task_id)
+        assert not [e for e in events(doc, "end") if e.get("lost")], doc["attempts"]
+        executions = sorted(a for t, a in runs if t == task_id)
+        assert executions == ([1] if task_id in ok else [1, 2]), (task_id, doc["attempts"])
+    assert list((tq.spool / "claimed").iterdir()) == []
+
+
+def submit_with_key(
+    tq: Taskq, crash: str | None, stamps: Path, key: str
+) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
+    if crash:
+        env["TASKQ_CRASH_AT"] = crash
+    cmd = ["sh", "-c", f'echo "$TASKQ_ID $TASKQ_ATTEMPT $(date +%s.%N)" >> {stamps}']
+    return subprocess.run(
+        [*TASKQ, "submit", "--key", key, "--", *cmd], env=env, capture_output=True
+    )
+
+
+@pytest.mark.parametrize("point", [p for p in POINTS if p.startswith("submit.")])
+def test_submit_crash_then_retry_with_the_key_runs_once(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path, point: str
+) -> None:
+    crashed = submit_with_key(tq, point, stamps, "the-key")
+    assert crashed.returncode == -signal.SIGKILL and crashed.stdout == b""
+    retried = submit_with_key(tq, None, stamps, "the-key")  # what a careful client does
+    assert retried.returncode == 0
+    task_id = retried.stdout.decode().strip()
+    start_daemon()
+    tq.wait_state(task_id, ("done",))
+    wait_for(lambda: read_stamps(stamps), 5, "the task's stamp")
+    time.sleep(0.5)  # a second copy, if there were one, would be due by now
+    assert [t for t, _, _ in read_stamps(stamps)] == [task_id]
+    assert json.loads(tq.run("stats", "--json").stdout)["counts"]["pending"] == {}
+
+
+@pytest.mark.parametrize("point", [p for p in POINTS if p.startswith("submit.")])
+def test_batch_crash_leaves_a_consistent_spool(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path, point: str
+) -> None:
+    lines = b"".join(
+        json.dumps(
+            {
+                "command": ["sh", "-c", f'echo "$TASKQ_ID 1 $(date +%s.%N)" >> {stamps}'],
+                "key": f"k{i}",
+            }
+        ).encode()
+        + b"\n"
+        for i in range(5)
+    )
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), "TASKQ_CRASH_AT": point}
+    crashed = subprocess.run(
+        [*TASKQ, "submit", "--batch", "-"], input=lines, env=env, capture_output=True
+    )
+    assert crashed.returncode == -signal.SIGKILL and crashed.stdout == b""
+    ids = tq.run("submit", "--batch", "-", input=lines).stdout.decode().split()
+    start_daemon()
+    for task_id in ids:
+        tq.wait_state(task_id, ("done",))
+    time.sleep(0.5)
+    assert sorted(t for t, _, _ in read_stamps(stamps)) == sorted(ids), "each key ran once"
+    assert tq.run("fsck").returncode == 0
+
+
+@pytest.mark.parametrize("point", ["cancel.renamed", "reschedule.recorded"])
+def test_operator_crash_points(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path, point: str
+) -> None:
+    cmd = ["sh", "-c", f'echo "$TASKQ_ID $TASKQ_ATTEMPT $(date +%s.%N)" >> {stamps}']
+    task_id = tq.submit("--in", "1s", "--", *cmd)
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), "TASKQ_CRASH_AT": point}
+    verb = (
+        ["cancel", task_id] if point.startswith("cancel") else ["reschedule", task_id, "--in", "2s"]
+    )
+    crashed = subprocess.run([*TASKQ, *verb], env=env, capture_output=True)
+    assert crashed.returncode == -signal.SIGKILL
+    start_daemon()
+    doc = tq.wait_state(task_id, ("done", "cancelled"), timeout=15)
+    ran = [t for t, _, _ in read_stamps(stamps)]
+    assert ran == ([] if doc["state"] == "cancelled" else [task_id])
+    assert tq.run("fsck").returncode == 0
+
+
+def test_operator_retry_crash_point(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> None:
+    cmd = ["sh", "-c", f'echo "$TASKQ_ID $TASKQ_ATTEMPT $(date +%s.%N)" >> {stamps}; exit 3']
+    task_id = tq.submit("--max-attempts", "1", "--", *cmd)
+    daemon = start_daemon()
+    tq.wait_state(task_id, ("failed",))
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), "TASKQ_CRASH_AT": "retry.recorded"}
+    crashed = subprocess.run([*TASKQ, "retry", task_id], env=env, capture_output=True)
+    assert crashed.returncode == -signal.SIGKILL
+    assert tq.state(task_id) == "failed"  # the record came first; the move never happened
+    assert tq.show(task_id)["budget_from"] == 1  # a retry that never moved the task is no retry
+    tq.run("retry", task_id)
+    tq.wait_state(task_id, ("failed",))
+    assert [a for _, a, _ in read_stamps(stamps)] == [1, 2]
+    daemon.stop()

@@ -1,0 +1,252 @@
+"""The daemon's parts, each without a daemon loop, on a real spool with an injected clock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from taskq.client.submit import submit
+from taskq.daemon.attempts import Attempts, Running
+from taskq.daemon.clockguard import ClockGuard
+from taskq.daemon.commit import PREPARE_LEAD, GroupCommit
+from taskq.daemon.crew import Crew
+from taskq.daemon.dispatch import Dispatcher, QueueCaps
+from taskq.daemon.policy import Backoff
+from taskq.daemon.recovery import Recovery
+from taskq.daemon.settle import Settler
+from taskq.daemon.wakeups import Wakeups
+from taskq.spool import journal, transitions
+from taskq.spool import runas as security
+from taskq.spool.layout import Spool
+from taskq.spool.task import DEFAULT_PATH, ClaimName, TaskBody, TaskName, new_id
+from taskq.spool.transitions import Owner
+from taskq.times.clock import Clock
+from taskq.times.timespec import MS, SECOND
+
+T0 = 1_800_000_000 * SECOND
+
+
+class Hands:
+    """Clocks the test moves: wall and monotonic, in µs."""
+
+    def __init__(self) -> None:
+        self.wall = T0
+        self.mono = 5 * SECOND
+
+    def tick(self, us: int) -> None:
+        self.wall += us
+        self.mono += us
+
+
+class Parts:
+    """A spool and the daemon's parts wired as the loop wires them."""
+
+    def __init__(self, root: Path, host: str = "h1", pid: int = 4242) -> None:
+        self.spool = Spool(str(root))
+        self.spool.init()
+        self.t = Hands()
+        self.clock = Clock(1 * MS, 2 * SECOND, wall=lambda: self.t.wall, mono=lambda: self.t.mono)
+        self.clock.set_offset(0)
+        self.owner = Owner(host, pid)
+        self.commit = GroupCommit(self.clock.mono)
+        self.requeued: list[TaskName] = []
+        self.settler = Settler(self.spool, self.commit, Backoff(), self.requeued.append)
+        crew = Crew(self.spool, self.owner, self.clock, 10 * SECOND, self.commit, self.settler)
+        self.dispatcher = Dispatcher(crew, security.Policy())
+        self.attempts = Attempts(2 * SECOND, lambda fd, key: None, lambda fd: None)
+        self.recovery = Recovery(crew, self.attempts)
+
+    def add(self, run_at: int, queue: str = "default", argv: tuple[str, ...] = ("true",)) -> str:
+        body = TaskBody(new_id(T0), list(argv), run_at, T0, queue=queue, env={"PATH": DEFAULT_PATH})
+        return submit(self.spool, body)[0].id
+
+    def claims(self) -> list[ClaimName]:
+        return [ClaimName.parse(e) for e in sorted(os.listdir(self.spool.claimed))]
+
+
+@pytest.fixture
+def parts(tmp_path: Path) -> Parts:
+    return Parts(tmp_path / "spool")
+
+
+def test_dispatch_claims_only_what_is_due_and_what_workers_can_take(parts: Parts) -> None:
+    due = [parts.add(T0 - i) for i in range(5)]
+    parts.add(T0 + 10 * SECOND)
+    parts.dispatcher.rescan(parts.clock.now())
+    ready = parts.dispatcher.claim_due(parts.clock.now(), 3, QueueCaps({}, 8, []))
+    assert len(ready) == 3 and {r.claim.task.id for r in ready} <= set(due)
+    assert all(c.phase == "started" for c in parts.claims())
+    assert parts.commit.touched  # the claims and starts await one group commit
+    more = parts.dispatcher.claim_due(parts.clock.now(), 10, QueueCaps({}, 8, []))
+    assert len(more) == 2  # the future task stays pending
+
+
+def test_dispatch_waits_out_a_forward_step_of_the_wall_clock(parts: Parts) -> None:
+    parts.add(T0 + 3 * SECOND)
+    parts.dispatcher.rescan(parts.clock.now())
+    parts.t.wall += 6 * SECOND  # the wall clock steps; the reference has not moved
+    assert parts.dispatcher.claim_due(parts.clock.now(), 8, QueueCaps({}, 8, [])) == []
+    parts.t.tick(3 * SECOND)
+    assert len(parts.dispatcher.claim_due(parts.clock.now(), 8, QueueCaps({}, 8, []))) == 1
+
+
+def test_dispatch_claims_within_the_commit_lead(parts: Parts) -> None:
+    parts.add(T0 + PREPARE_LEAD // 2)
+    parts.add(T0 + 10 * PREPARE_LEAD)
+    parts.dispatcher.rescan(parts.clock.now())
+    ready = parts.dispatcher.claim_due(parts.clock.now(), 8, QueueCaps({}, 8, []))
+    assert [r.claim.task.run_at for r in ready] == [T0 + PREPARE_LEAD // 2]
+
+
+def test_queue_caps_hold_across_one_dispatch(parts: Parts) -> None:
+    for _ in range(4):
+        parts.add(T0 - 1, queue="slow")
+        parts.add(T0 - 1, queue="fast")
+    parts.dispatcher.rescan(parts.clock.now())
+    caps = QueueCaps({"slow": 1}, 8, ["slow"])  # one slow attempt already runs
+    ready = parts.dispatcher.claim_due(parts.clock.now(), 8, caps)
+    assert sorted(r.body.queue for r in ready) == ["fast"] * 4
+
+
+def test_bad_names_are_quarantined_and_strays_ignored(parts: Parts) -> None:
+    parts.add(T0 - 1)
+    bucket = Path(parts.spool.pending) / TaskName(T0 - 1, new_id(T0), 1).bucket
+    (bucket / "junk").write_text("x")
+    (bucket / ".nfs0000000000001").write_text("x")
+    parts.dispatcher.rescan(parts.clock.now())
+    assert sorted(os.listdir(bucket)) == [".nfs0000000000001"] + [
+        e for e in os.listdir(bucket) if e.startswith("2")
+    ]
+    assert any(e.endswith("junk") for e in os.listdir(parts.spool.corrupt))
+
+
+def settle_one(parts: Parts, code: int | None, attempt_budget: int = 3) -> ClaimName:
+    parts.add(T0 - 1)
+    parts.dispatcher.rescan(parts.clock.now())
+    [ready] = parts.dispatcher.claim_due(parts.clock.now(), 1, QueueCaps({}, 8, []))
+    run = Running(ready.claim, ready.body, None, parts.clock.mono())
+    parts.settler.ended(run, code, parts.clock.now(), 0.1)
+    return ready.claim
+
+
+def test_settle_success_retry_and_lost(parts: Parts) -> None:
+    held = settle_one(parts, 0)
+    assert os.listdir(parts.spool.claimed) == []
+    assert len(list(parts.spool.iter_state("done"))) == 1
+    held = settle_one(parts, 3)
+    [retry] = parts.requeued
+    assert retry.attempt == 2 and retry.id == held.task.id
+    assert T0 + 5 * SECOND <= retry.run_at <= T0 + 10 * SECOND  # the first backoff, jittered
+    settle_one(parts, None)
+    assert parts.requeued[-1].run_at == parts.clock.now()  # lost, not failed: at once
+
+
+def test_a_cancel_that_races_the_end_of_an_attempt_wins(parts: Parts) -> None:
+    parts.add(T0 - 1)
+    parts.dispatcher.rescan(parts.clock.now())
+    [ready] = parts.dispatcher.claim_due(parts.clock.now(), 1, QueueCaps({}, 8, []))
+    transitions.request_cancel(parts.spool, ready.claim)  # `taskq cancel`, meanwhile
+    run = Running(ready.claim, ready.body, None, parts.clock.mono())
+    parts.settler.ended(run, 0, parts.clock.now(), 0.1)
+    assert [f.state for f in parts.spool.iter_all()] == ["cancelled"]
+    events = [r["event"] for r in journal.read(parts.spool.log_dir(ready.body.id))]
+    assert events[-2:] == ["end", "cancelled"]
+
+
+def test_recovery_takes_over_only_expired_leases_by_the_reference_clock(
+    tmp_path: Path,
+) -> None:
+    a = Parts(tmp_path / "spool", host="a")
+    a.add(T0 - 1)
+    a.dispatcher.rescan(a.clock.now())
+    a.dispatcher.claim_due(a.clock.now(), 1, QueueCaps({}, 8, []))
+    # Host b shares the spool; its wall clock is 6 s ahead of the reference.
+    b = Parts(tmp_path / "spool", host="b")
+    b.t.wall += 6 * SECOND
+    b.clock.set_offset(6 * SECOND)  # as b's probe against the spool would find
+    b.t.tick(9 * SECOND)  # by b's clock the 10 s lease has passed; by the reference not
+    b.recovery.scan(b.clock.now(), b.clock.mono(), True, set())
+    assert [c.host for c in a.claims()] == ["a"]
+    b.t.tick(2 * SECOND)
+    b.recovery.scan(b.clock.now(), b.clock.mono(), True, set())
+    assert b.claims() == []  # taken over; its attempt never spawned, so released
+    [found] = list(b.spool.iter_state("pending"))
+    events = [r["event"] for r in journal.read(b.spool.log_dir(found.name.id))]
+    assert events[-2:] == ["taken-over", "released"]
+
+
+def test_attempts_time_out_with_term_then_kill(tmp_path: Path) -> None:
+    t = Hands()
+    attempts = Attempts(2 * SECOND, lambda fd, key: None, lambda fd: None)
+    ready = tmp_path / "ready"
+    script = f"trap '' TERM; touch {ready}; exec sleep 60"  # deaf to TERM: only KILL ends it
+    child = os.posix_spawn("/bin/sh", ["sh", "-c", script], os.environ, setsid=True)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    body = TaskBody(new_id(T0), ["x"], T0, T0, timeout=1 * SECOND)
+    claim = ClaimName(TaskName(T0, body.id, 1), "started", T0, 1, "h")
+    run = Running(claim, body, child, t.mono)
+    attempts.add_child(run)
+    attempts.enforce_timeouts(t.mono + SECOND // 2)
+    assert run.term_sent is None
+    attempts.enforce_timeouts(t.mono + SECOND)
+    assert run.term_sent == t.mono + SECOND and not run.killed
+    assert attempts.deadlines() == [t.mono + 3 * SECOND]
+    attempts.enforce_timeouts(t.mono + 3 * SECOND)
+    assert run.killed
+    deadline = time.monotonic() + 30
+    ended: list[tuple[Running, int]] = []
+    while not ended and time.monotonic() < deadline:
+        ended = attempts.reap()
+        time.sleep(0.01)
+    assert ended == [(run, -signal.SIGKILL)]
+
+
+def test_commit_lead_grows_with_slow_commits(tmp_path: Path) -> None:
+    t = Hands()
+    commit = GroupCommit(lambda: t.mono)
+    assert commit.lead() == PREPARE_LEAD
+    commit.times.append(300 * MS)
+    assert commit.lead() == 600 * MS
+    commit.times.append(5 * SECOND)
+    assert commit.lead() == SECOND
+
+
+def test_wakeups_poll_sees_another_hosts_ring(tmp_path: Path) -> None:
+    bell = tmp_path / "doorbell"
+    bell.touch()
+    t = Hands()
+    wake = Wakeups(str(bell), 250 * MS, lambda: t.mono)
+    assert wake.wait(0) == (False, [])  # the first poll only learns the stamp
+    os.utime(bell, ns=(1, 1))  # a ring through another mount: no inotify here
+    assert wake.wait(0) == (False, [])  # not yet time to poll
+    t.tick(250 * MS)
+    assert wake.wait(0) == (True, [])
+
+
+def test_clock_guard_measures_again_after_a_step_and_rearms_after_mono_goes_back(
+    tmp_path: Path,
+) -> None:
+    t = Hands()
+    t.wall = Clock().now()  # the probe's stamps are real: keep our wall clock near them
+    clock = Clock(1 * MS, 2 * SECOND, wall=lambda: t.wall, mono=lambda: t.mono)
+    seen: list[bool] = []
+    guard = ClockGuard(clock, str(tmp_path / "probe"), 10 * SECOND, 2 * SECOND, seen.append)
+    guard.check()
+    assert guard.ok and seen == [False]
+    t.tick(1 * SECOND)
+    assert guard.guard() is False and seen == [False]  # not due, no step: nothing measured
+    t.wall += 6 * SECOND  # a step: measured at once, and 6 s is too uncertain
+    guard.guard()
+    assert len(seen) == 2 and not guard.ok and "exceeds --max-uncertainty" in str(guard.problem)
+    t.wall -= 6 * SECOND  # put right again: the next check (every second now) trusts it
+    t.mono += 1 * SECOND
+    guard.guard()
+    assert guard.ok and seen[-1] is True  # trust came back
+    t.mono -= 30 * SECOND
+    assert guard.guard() is True  # the monotonic clock went back: the loop re-arms

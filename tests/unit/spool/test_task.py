@@ -1,0 +1,250 @@
+"""Names and bodies: round trips, ordering, and rejection of foreign input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from taskq.errors import BadInput, CorruptFile
+from taskq.spool.task import (
+    ClaimName,
+    TaskBody,
+    TaskName,
+    bucket_of,
+    bucket_start,
+    check_id,
+    layout,
+    new_id,
+    valid_id,
+)
+from taskq.times.timespec import MINUTE, SECOND
+
+instants = st.integers(min_value=0, max_value=253402300799 * SECOND)
+ids = st.builds(new_id, st.integers(min_value=0, max_value=2**47 * 1000))
+attempts = st.integers(min_value=1, max_value=999999)
+hosts = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", fullmatch=True)
+
+
+queues = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9.-]{0,63}", fullmatch=True)
+
+
+@given(instants, ids, attempts, queues)
+def test_task_name_round_trip(run_at: int, task_id: str, attempt: int, queue: str) -> None:
+    name = TaskName(run_at, task_id, attempt, queue)
+    assert TaskName.parse(str(name)) == name
+
+
+@given(
+    instants,
+    ids,
+    attempts,
+    queues,
+    st.sampled_from(["claimed", "started"]),
+    instants,
+    st.integers(min_value=1, max_value=2**31),
+    hosts,
+)
+def test_claim_name_round_trip(
+    run_at: int,
+    task_id: str,
+    attempt: int,
+    queue: str,
+    phase: str,
+    expiry: int,
+    pid: int,
+    host: str,
+) -> None:
+    claim = ClaimName(TaskName(run_at, task_id, attempt, queue), phase, expiry, pid, host)
+    assert ClaimName.parse(str(claim)) == claim
+
+
+@given(instants, instants, ids, ids)
+def test_name_order_is_dispatch_order(a: int, b: int, id_a: str, id_b: str) -> None:
+    na, nb = TaskName(a, id_a, 1), TaskName(b, id_b, 1)
+    assert (str(na) < str(nb)) == ((a, id_a) < (b, id_b))
+
+
+@given(instants)
+def test_bucket_holds_its_instant(us: int) -> None:
+    start = bucket_start(bucket_of(us))
+    assert start <= us < start + MINUTE
+
+
+def test_ids_are_ordered_by_time_and_unique() -> None:
+    a, b = new_id(1_000_000_000), new_id(1_001_000_000)
+    assert a < b
+    assert len({new_id(5) for _ in range(1000)}) == 1000
+    assert valid_id(a) and check_id(a.lower()) == a
+
+
+@given(st.integers(min_value=2**80, max_value=2**128 - 1))
+def test_an_id_is_its_value_in_crockford_base32(value: int) -> None:
+    """new_id's text (two digits at a time) is the value's 26 base-32 digits, high first."""
+    from taskq.spool import task
+
+    crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    task._last_id = value - 1  # new_id(0) then takes value itself: its time part is 0
+    digits = "".join(crockford[(value >> shift) & 31] for shift in range(125, -1, -5))
+    assert new_id(0) == digits
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "../../etc/passwd", "0" * 25, "I" * 26, "0" * 27, "0" * 25 + "/"]
+)
+def test_bad_ids_are_refused(bad: str) -> None:
+    with pytest.raises(BadInput):
+        check_id(bad)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "x",
+        "20261201T090000.000000Z_" + "0" * 26,
+        "20261201T090000.000000Z_" + "0" * 26 + "_0",
+        "20261201T090000.000000Z_" + "0" * 26 + "_1.tmp",
+        "20261201T090000Z_" + "0" * 26 + "_1",
+    ],
+)
+def test_foreign_names_are_refused(name: str) -> None:
+    with pytest.raises(ValueError):
+        TaskName.parse(name)
+
+
+body_strategy = st.builds(
+    TaskBody,
+    id=ids,
+    argv=st.lists(st.text(min_size=1), min_size=1, max_size=5),
+    run_at=instants,
+    submitted_at=instants,
+    cwd=st.text(min_size=1),
+    env=st.dictionaries(st.from_regex(r"[A-Z_]{1,8}", fullmatch=True), st.text()),
+    queue=st.from_regex(r"[a-z][a-z0-9.-]{0,10}", fullmatch=True),
+    key=st.none() | st.text(),
+    max_attempts=st.integers(min_value=1, max_value=100),
+    timeout=st.none() | st.integers(min_value=1, max_value=10**12),
+    expires=st.none() | st.integers(min_value=1, max_value=10**12),
+    stdin=st.none() | st.binary(max_size=256),
+)
+
+
+@given(body_strategy)
+def test_body_round_trip(body: TaskBody) -> None:
+    assert TaskBody.from_json(body.to_json()) == body
+
+
+@given(
+    st.dictionaries(
+        st.text(),
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.text()
+        | st.lists(st.text())
+        | st.dictionaries(st.text(), st.text()),
+    )
+)
+def test_layout_is_indent_ones_to_the_byte(doc: dict[str, object]) -> None:
+    """The C-encoded layout is byte for byte what json.dumps(indent=1) wrote before it."""
+    assert layout(doc) == (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode()
+
+
+@given(body_strategy)
+def test_a_bodys_file_is_its_indent_one_json(body: TaskBody) -> None:
+    data = body.to_json()
+    assert data == (json.dumps(json.loads(data), indent=1, ensure_ascii=False) + "\n").encode()
+    assert body.to_json() is data  # encoded once
+
+
+@given(st.binary(max_size=200))
+def test_garbage_bodies_are_corrupt_not_crashes(data: bytes) -> None:
+    try:
+        TaskBody.from_json(data)
+    except CorruptFile:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("argv", []),
+        ("argv", "ls"),
+        ("argv", [1]),
+        ("max_attempts", 0),
+        ("max_attempts", True),
+        ("timeout", -1),
+        ("id", "nope"),
+        ("queue", "../x"),
+        ("run_at", 5),
+        ("version", 2),
+        ("stdin", "!!!"),
+        ("env", {"A": 1}),
+        ("umask", "0999"),
+        ("umask", 18),
+    ],
+)
+def test_wrong_field_types_are_corrupt(field: str, value: object) -> None:
+    doc = json.loads(TaskBody(new_id(0), ["true"], 0, 0).to_json())
+    doc[field] = value
+    with pytest.raises(CorruptFile):
+        TaskBody.from_json(json.dumps(doc).encode())
+
+
+def test_ids_of_one_process_only_increase() -> None:
+    same_ms = [new_id(1_800_000_000_000_000) for _ in range(1000)]
+    assert same_ms == sorted(same_ms) and len(set(same_ms)) == 1000
+    assert new_id(5) > same_ms[-1]  # even if the clock goes back
+
+
+def test_umask_and_recorded_env_round_trip() -> None:
+    body = TaskBody(new_id(0), ["true"], 0, 0, env={"A": "1"}, umask=0o027, env_recorded=True)
+    doc = json.loads(body.to_json())
+    assert doc["umask"] == "0027" and doc["env_recorded"] is True
+    assert TaskBody.from_json(body.to_json()) == body
+    for key in ("umask", "env_recorded"):  # bodies written before they were recorded
+        del doc[key]
+    old = TaskBody.from_json(json.dumps(doc).encode())
+    assert old.umask is None and old.env_recorded is False
+
+
+def test_a_time_without_offset_in_a_body_is_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # the reader's zone must not matter
+    doc = json.loads(TaskBody(new_id(0), ["true"], 0, 0).to_json())
+    doc["run_at"] = "2026-12-01T09:00:00"
+    assert TaskBody.from_json(json.dumps(doc).encode()).run_at == 1_796_115_600 * SECOND
+
+
+names = st.builds(
+    TaskName,
+    st.integers(0, 2**50),
+    st.sampled_from([new_id(0), new_id(1), new_id(2)]),
+    st.integers(1, 3),
+    st.sampled_from(["default", "a", "b"]),
+)
+
+
+@given(names, names)
+def test_names_compare_hash_and_sort_as_their_fields(a: TaskName, b: TaskName) -> None:
+    x, y = (a.run_at, a.id, a.attempt, a.queue), (b.run_at, b.id, b.attempt, b.queue)
+    assert (a == b, a < b, a <= b, a > b, a >= b) == (x == y, x < y, x <= y, x > y, x >= y)
+    assert a != ClaimName(a, "claimed", 0, 1, "h") and (a != b or hash(a) == hash(b))
+    assert TaskName.parse(str(a)) == a and pickle.loads(pickle.dumps(a)) == a
+    assert eval(repr(a), {"TaskName": TaskName}) == a
+
+
+def test_names_are_immutable_and_copied_with_changes() -> None:
+    name = TaskName(5, new_id(0), 1)
+    claim = ClaimName(name, "claimed", 10, 3, "h")
+    with pytest.raises(AttributeError):
+        name.run_at = 6
+    with pytest.raises(AttributeError):
+        del claim.phase
+    started = claim.with_(phase="started")
+    assert (started.phase, started.task, claim.phase) == ("started", name, "claimed")
+    assert str(started) == str(claim).replace("_claimed_", "_started_")
+    assert ClaimName.parse(str(started)) == started and copy.deepcopy(started) == started
