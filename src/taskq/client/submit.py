@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import byid, fsutil
 from taskq.spool.faults import crash_point
+from taskq.spool.keys import key_path, legacy_key_path, read_key
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, TaskName
 
@@ -224,70 +224,6 @@ def _write_hints(spool: Spool, names: list[TaskName]) -> None:
         byid.point_name(spool, name)  # never fails
 
 
-KEY_LIMIT = 512  # a key file holds one task name
-
-
-def key_path(spool: Spool, key: str, uid: int | None = None) -> str:
-    """The key file of a user's idempotency key: keys/<uid>-<hash>.
-
-    Keys are scoped per submitting user (by default, this process's), so
-    one member of a shared spool cannot answer another's key; a hash makes
-    any key a safe name.
-    """
-    return os.path.join(spool.keys, f"{os.geteuid() if uid is None else uid}-{_digest(key)}")
-
-
-def legacy_key_path(spool: Spool, key: str) -> str:
-    """Where keys were bound before they were scoped per user; honoured if the user owns it."""
-    return os.path.join(spool.keys, _digest(key))
-
-
-def _digest(key: str) -> str:
-    import hashlib  # only for keys: the CLI's start-up need not import it
-
-    return hashlib.sha256(key.encode()).hexdigest()[:40]
-
-
-def key_owner(entry: str) -> int | None:
-    """The uid a key file's name gives it, or None for an unscoped (legacy) name."""
-    uid, sep, _ = entry.partition("-")
-    return int(uid) if sep and uid.isdigit() else None
-
-
-class ForeignKey(CorruptFile):
-    """A key file owned by someone other than the user whose key it is: a squat."""
-
-
-def read_key(path: str, uid: int | None = None) -> TaskName:
-    """The task a key file names.
-
-    OSError if it cannot be read; CorruptFile if it is no small regular file
-    (a FIFO would block an open() for good), or is not owned by `uid`;
-    ValueError if it names no task.
-    """
-    data, st = fsutil.read_small(path, KEY_LIMIT)
-    if uid is not None and st.st_uid != uid:
-        raise ForeignKey(f"owned by uid {st.st_uid}, not by uid {uid} whose key it is")
-    return TaskName.parse(data.decode().strip())
-
-
-def bound_key(spool: Spool, task_file: str, task_id: str) -> str | None:
-    """The key file that binds the key of this task's body to this task, if any."""
-    try:
-        body, owner = spool.read_task(task_file)
-    except Exception:
-        return None
-    if body.key is None:
-        return None
-    for path in (key_path(spool, body.key, owner), legacy_key_path(spool, body.key)):
-        try:
-            if read_key(path, owner).id == task_id:
-                return path
-        except (OSError, ValueError, CorruptFile):
-            continue
-    return None
-
-
 def _bind_key(spool: Spool, key: str, name: TaskName, sync: bool = True) -> TaskName | None:
     """Bind key to this task; return the task already bound to it, if any.
 
@@ -328,57 +264,3 @@ def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
         # publish): publishing its durable body is exactly what it would do.
         _publish_body(spool, tmp, first, spool.read_body(tmp))
     return first
-
-
-def clean_tmp(spool: Spool, now: int, max_age: int) -> list[str]:
-    """Delete submissions abandoned in tmp/ (never acknowledged) and their keys.
-
-    Also removes key files that a spool member planted to block another
-    (squats: not regular files, or owned by someone else than their name
-    says). Returns one line per such hostile file removed, for the log.
-    """
-    cutoff = (now - max_age) / 1e6
-    hostile = []
-    for entry in fsutil.listdir(spool.keys):
-        path = os.path.join(spool.keys, entry)
-        try:
-            if entry.startswith("."):
-                if os.lstat(path).st_mtime <= cutoff:
-                    os.unlink(path)  # a key's staging file, left by a killed submitter
-                continue
-            reason = _squat(path, entry)
-            if reason is not None:
-                os.unlink(path)
-                hostile.append(f"removed keys/{entry}: {reason}")
-        except OSError:
-            continue
-    for entry in fsutil.listdir(spool.tmp):
-        path = os.path.join(spool.tmp, entry)
-        try:
-            if os.lstat(path).st_mtime > cutoff:
-                continue
-            if entry.endswith(".task"):
-                _forget_key(spool, path, entry[: -len(".task")])
-            os.unlink(path)
-        except (OSError, ValueError):
-            continue
-    return hostile
-
-
-def _squat(path: str, entry: str) -> str | None:
-    """Why a key file is a squat (not a regular file, or not its user's), or None."""
-    st = os.lstat(path)
-    if not stat.S_ISREG(st.st_mode):
-        return "not a regular file (a squat)"
-    uid = key_owner(entry)
-    if uid is not None and st.st_uid != uid:
-        return f"owned by uid {st.st_uid}, not by uid {uid} whose key it is (a squat)"
-    return None
-
-
-def _forget_key(spool: Spool, tmp: str, task_id: str) -> None:
-    """Remove the key file that names an abandoned submission, if any."""
-    path = bound_key(spool, tmp, task_id)
-    if path is not None:
-        with contextlib.suppress(OSError):
-            os.unlink(path)

@@ -12,8 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from taskq.client.submit import clean_tmp
-from taskq.spool import retention as gc
+from taskq.spool import retention
 from taskq.spool.layout import Spool
 from taskq.times.timespec import HOUR, SECOND, format_duration
 
@@ -59,10 +58,10 @@ class Housekeeper:
 
     def one_pass(self, gc_too: bool) -> None:
         now = self.wall()
-        for line in clean_tmp(self.spool, now, self.tmp_max_age):
+        for line in retention.clean_tmp(self.spool, now, self.tmp_max_age):
             log.warning("%s", line)
         if gc_too and self.keep_done is not None:
-            found = gc.collect(self.spool, now, self.keep_done)
+            found = retention.collect(self.spool, now, self.keep_done)
             if found.tasks:
                 kept = format_duration(self.keep_done)
                 log.info("pruned %d done task(s) older than %s", found.tasks, kept)

@@ -30,7 +30,7 @@ from taskq.client import operations
 from taskq.client.submit import submit
 from taskq.errors import CorruptFile, NotFound, TaskqError
 from taskq.schedules.store import Schedule, State, Store, catchup_keep
-from taskq.spool import fsutil, journal, transitions
+from taskq.spool import byid, fsutil, journal, transitions
 from taskq.spool.layout import Spool
 from taskq.spool.task import ClaimName, TaskName
 from taskq.times.timespec import MAX_INSTANT, MS, SECOND, format_iso
@@ -344,7 +344,7 @@ def retire(store: Store, name: str, now: int) -> list[str]:
     The keys go so that a schedule added again under the name can use the
     same slots. Returns the ids cancelled.
     """
-    from taskq.client.submit import key_path, read_key
+    from taskq.spool.keys import key_path, read_key
 
     state = store.state(name, now)
     p = Pass(store, now, frozenset())
@@ -367,5 +367,5 @@ def retire(store: Store, name: str, now: int) -> list[str]:
 
 def _key_of(store: Store, task: str) -> str:
     """The key a pending occurrence was submitted with, read from its body."""
-    found = store.spool.locate(str(_id(task)))
+    found = byid.locate(store.spool, str(_id(task)))
     return str(store.spool.read_body(found.path).key)

@@ -19,10 +19,10 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from taskq.client.submit import ForeignKey, key_owner, read_key
 from taskq.errors import BadInput, CorruptFile, NotFound
 from taskq.spool import byid, fsutil
 from taskq.spool.config import CONFIG
+from taskq.spool.keys import ForeignKey, key_owner, read_key
 from taskq.spool.layout import DOORBELL, SUBDIRS, Spool, stray
 from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket, valid_id
 from taskq.times.timespec import HOUR, SECOND
@@ -202,7 +202,7 @@ class Checker:
         if task_id in self.seen or task_id in self.moved:
             return False
         try:
-            self.spool.locate(task_id)
+            byid.locate(self.spool, task_id)
         except (NotFound, BadInput):
             return True
         return False

@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from taskq.client.submit import key_path, read_key
 from taskq.errors import NotFound
-from taskq.spool import fsutil
+from taskq.spool import byid, fsutil
+from taskq.spool.keys import key_path, read_key
 from taskq.spool.layout import STATES, Spool, stray
 from taskq.spool.task import CLAIM_NAME, MAX_BODY, TASK_NAME, bucket_of, day_of, valid_bucket
 from taskq.times.timespec import HOUR, format_compact
@@ -238,7 +238,7 @@ def by_key(spool: Spool, key: str, flt: Filter) -> Iterator[Row]:
     """The task bound to an idempotency key, if the filter selects it: one key file, one lookup."""
     try:
         task_id = read_key(key_path(spool, key)).id
-        found = spool.locate(task_id)
+        found = byid.locate(spool, task_id)
     except (OSError, ValueError, NotFound):
         return
     low, high = flt.window()

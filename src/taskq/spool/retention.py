@@ -1,8 +1,11 @@
-"""Retention: prune done/ days, their tasks' logs and keys, once old enough.
+"""Retention: what the spool forgets, and when.
 
 A day directory done/YYYYMMDD is removed once the whole day is older than
 the retention period; with it go each task's logs/<id>/ and the key file
 that names it. failed/ and cancelled/ are left for the operator.
+Submissions abandoned in tmp/ (never acknowledged) are removed with their
+keys once older than the daemon's --tmp-max-age, and so are key files that
+a member planted to block another (squats).
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 
-from taskq.client.submit import bound_key
 from taskq.spool import byid, fsutil
+from taskq.spool.keys import bound_key, key_owner
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskName
 from taskq.times.timespec import DAY, parse_compact
@@ -85,3 +89,57 @@ def _key_of(spool: Spool, path: str, entry: str) -> str | None:
         return bound_key(spool, path, TaskName.parse(entry).id)
     except ValueError:
         return None
+
+
+def clean_tmp(spool: Spool, now: int, max_age: int) -> list[str]:
+    """Delete submissions abandoned in tmp/ (never acknowledged) and their keys.
+
+    Also removes key files that a spool member planted to block another
+    (squats: not regular files, or owned by someone else than their name
+    says). Returns one line per such hostile file removed, for the log.
+    """
+    cutoff = (now - max_age) / 1e6
+    hostile = []
+    for entry in fsutil.listdir(spool.keys):
+        path = os.path.join(spool.keys, entry)
+        try:
+            if entry.startswith("."):
+                if os.lstat(path).st_mtime <= cutoff:
+                    os.unlink(path)  # a key's staging file, left by a killed submitter
+                continue
+            reason = _squat(path, entry)
+            if reason is not None:
+                os.unlink(path)
+                hostile.append(f"removed keys/{entry}: {reason}")
+        except OSError:
+            continue
+    for entry in fsutil.listdir(spool.tmp):
+        path = os.path.join(spool.tmp, entry)
+        try:
+            if os.lstat(path).st_mtime > cutoff:
+                continue
+            if entry.endswith(".task"):
+                _forget_key(spool, path, entry[: -len(".task")])
+            os.unlink(path)
+        except (OSError, ValueError):
+            continue
+    return hostile
+
+
+def _squat(path: str, entry: str) -> str | None:
+    """Why a key file is a squat (not a regular file, or not its user's), or None."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a squat)"
+    uid = key_owner(entry)
+    if uid is not None and st.st_uid != uid:
+        return f"owned by uid {st.st_uid}, not by uid {uid} whose key it is (a squat)"
+    return None
+
+
+def _forget_key(spool: Spool, tmp: str, task_id: str) -> None:
+    """Remove the key file that names an abandoned submission, if any."""
+    path = bound_key(spool, tmp, task_id)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

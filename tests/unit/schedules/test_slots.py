@@ -15,11 +15,11 @@ from cronsim import CronSim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taskq.client.submit import key_path, read_key
 from taskq.errors import BadInput
 from taskq.schedules import materialise
 from taskq.schedules.slots import Spec, check_cron, check_zone
 from taskq.schedules.store import Schedule, Store
+from taskq.spool.keys import key_path, read_key
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, new_id
 from taskq.times.timespec import (

@@ -1,0 +1,80 @@
+"""Idempotency keys: keys/<uid>-<hash>, each naming the first task submitted with it.
+
+A key file is created by link() (which refuses an existing name) and holds
+one task name. This module owns where a user's key lives, reading one
+(refusing what is no small regular file of that user), and finding the key
+file that binds a task; binding a new key is submit's (client/submit.py),
+removing squats and abandoned ones is retention's.
+"""
+
+from __future__ import annotations
+
+import os
+
+from taskq.errors import CorruptFile
+from taskq.spool import fsutil
+from taskq.spool.layout import Spool
+from taskq.spool.task import TaskName
+
+KEY_LIMIT = 512  # a key file holds one task name
+
+
+def key_path(spool: Spool, key: str, uid: int | None = None) -> str:
+    """The key file of a user's idempotency key: keys/<uid>-<hash>.
+
+    Keys are scoped per submitting user (by default, this process's), so
+    one member of a shared spool cannot answer another's key; a hash makes
+    any key a safe name.
+    """
+    return os.path.join(spool.keys, f"{os.geteuid() if uid is None else uid}-{_digest(key)}")
+
+
+def legacy_key_path(spool: Spool, key: str) -> str:
+    """Where keys were bound before they were scoped per user; honoured if the user owns it."""
+    return os.path.join(spool.keys, _digest(key))
+
+
+def _digest(key: str) -> str:
+    import hashlib  # only for keys: the CLI's start-up need not import it
+
+    return hashlib.sha256(key.encode()).hexdigest()[:40]
+
+
+def key_owner(entry: str) -> int | None:
+    """The uid a key file's name gives it, or None for an unscoped (legacy) name."""
+    uid, sep, _ = entry.partition("-")
+    return int(uid) if sep and uid.isdigit() else None
+
+
+class ForeignKey(CorruptFile):
+    """A key file owned by someone other than the user whose key it is: a squat."""
+
+
+def read_key(path: str, uid: int | None = None) -> TaskName:
+    """The task a key file names.
+
+    OSError if it cannot be read; CorruptFile if it is no small regular file
+    (a FIFO would block an open() for good), or is not owned by `uid`;
+    ValueError if it names no task.
+    """
+    data, st = fsutil.read_small(path, KEY_LIMIT)
+    if uid is not None and st.st_uid != uid:
+        raise ForeignKey(f"owned by uid {st.st_uid}, not by uid {uid} whose key it is")
+    return TaskName.parse(data.decode().strip())
+
+
+def bound_key(spool: Spool, task_file: str, task_id: str) -> str | None:
+    """The key file that binds the key of this task's body to this task, if any."""
+    try:
+        body, owner = spool.read_task(task_file)
+    except Exception:
+        return None
+    if body.key is None:
+        return None
+    for path in (key_path(spool, body.key, owner), legacy_key_path(spool, body.key)):
+        try:
+            if read_key(path, owner).id == task_id:
+                return path
+        except (OSError, ValueError, CorruptFile):
+            continue
+    return None
