@@ -168,7 +168,7 @@ def test_wait_wakes_on_ends_and_reports_each_once(tq: Taskq) -> None:
 
 
 def test_the_end_watch_names_what_arrives(tq: Taskq) -> None:
-    from taskq.client.endwatch import EndWatch
+    from taskq.observe.endwatch import EndWatch
     from taskq.spool.layout import Spool
 
     task_id = tq.submit("--in", "1h", "--", "true")

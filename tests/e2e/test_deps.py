@@ -12,7 +12,7 @@ from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
 from taskq.client.request import Request
 from taskq.client.submit import submit
-from taskq.spool import deps
+from taskq.spool import byid, deps
 from taskq.spool.layout import Spool
 from taskq.times.clock import wall_us
 from taskq.times.timespec import DAY, parse_when
@@ -151,7 +151,7 @@ def test_a_safety_pass_resolves_what_a_killed_ender_left(
     spool = Spool(str(tq.spool))
     # As a daemon killed between its end rename and the resolution would
     # leave it: the dependency in done/ with its marker, the dependent waiting.
-    found = spool.locate(first)
+    found = byid.locate(spool, first)
     day = tq.spool / "done" / "20990101"
     day.mkdir(parents=True)
     os.rename(found.path, day / os.path.basename(found.path))

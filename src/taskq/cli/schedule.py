@@ -3,8 +3,8 @@
 Parse the options, build the schedule (its task template through
 request.py, as submit does), write it and make its first occurrence; list,
 show, pause, resume and remove schedules. Errors are TaskqErrors, which
-cli.py turns into a message and an exit status. The heavy imports are made
-inside the commands: this module is imported by every `taskq` run.
+cli/main.py turns into a message and an exit status. This module is
+imported only when a `taskq schedule` command runs.
 """
 
 from __future__ import annotations
@@ -12,30 +12,31 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from taskq.cli.params import DURATION, ENV_VAR, POSITIVE_DURATION, PlainGroup
 from taskq.client import request
-from taskq.spool.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_STDIN, check_queue
-
-if TYPE_CHECKING:
-    from taskq.schedules.store import Schedule, Store
+from taskq.errors import BadInput, CorruptFile
+from taskq.schedules import materialise
+from taskq.schedules.slots import Spec, check_cron, check_zone, every_anchor, local_text, local_zone
+from taskq.schedules.store import Schedule, Store, check_catchup, check_name
+from taskq.schedules.view import describe, detail
+from taskq.spool import fsutil
+from taskq.spool.layout import Spool
+from taskq.spool.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_STDIN, TaskName, check_queue
+from taskq.times.clock import wall_us
+from taskq.times.timespec import format_duration, format_iso, parse_when
 
 JSON_HELP = "Print JSON instead of text."
 
 
 def _store(ctx: click.Context) -> Store:
-    from taskq.schedules.store import Store
-    from taskq.spool.layout import Spool
-
     return Store(Spool(ctx.obj["spool"]))
 
 
 def _now() -> int:
-    from taskq.times.clock import wall_us
-
     return wall_us()
 
 
@@ -101,8 +102,6 @@ def schedule() -> None:
 @click.pass_context
 def add(ctx: click.Context, /, **opts: Any) -> None:
     """Add schedule NAME running COMMAND; make its first occurrence."""
-    from taskq.schedules import materialise
-    from taskq.schedules.store import check_name
 
     now = _now()
     name = check_name(opts["name"])
@@ -119,11 +118,6 @@ def add(ctx: click.Context, /, **opts: Any) -> None:
 
 
 def _build(opts: dict[str, Any], now: int) -> Schedule:
-    from taskq.errors import BadInput
-    from taskq.schedules.slots import Spec, check_cron, check_zone, every_anchor, local_zone
-    from taskq.schedules.store import Schedule, check_catchup
-    from taskq.times.timespec import parse_when
-
     if (opts["cron"] is None) == (opts["every"] is None):
         raise BadInput("give --cron EXPR or --every DURATION")
     start = None if opts["start"] is None else parse_when(opts["start"], now)
@@ -165,8 +159,6 @@ def _stdin() -> bytes:
 
 
 def _init(store: Store) -> None:
-    from taskq.spool import fsutil
-
     try:
         store.spool.init()
     except OSError as e:
@@ -175,8 +167,6 @@ def _init(store: Store) -> None:
 
 def _first_pass(store: Store, sched: Schedule, now: int) -> dict[str, Any]:
     """Make the next occurrence now, so that `taskq ls` shows it before any daemon runs."""
-    from taskq.schedules import materialise
-    from taskq.spool.task import TaskName
 
     p = materialise.Pass(store, now, materialise.running_ids(store.spool))
     materialise.advance(p, sched)
@@ -186,8 +176,6 @@ def _first_pass(store: Store, sched: Schedule, now: int) -> dict[str, Any]:
 
 
 def _iso(us: int) -> str:
-    from taskq.times.timespec import format_iso
-
     return format_iso(us)
 
 
@@ -217,8 +205,6 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def _summary(store: Store, name: str, now: int) -> dict[str, Any]:
-    from taskq.errors import CorruptFile
-
     try:
         sched = store.read(name)
     except CorruptFile as e:
@@ -237,8 +223,6 @@ def _summary(store: Store, name: str, now: int) -> dict[str, Any]:
 
 
 def _duration(us: int) -> str:
-    from taskq.times.timespec import format_duration
-
     return format_duration(us)
 
 
@@ -248,7 +232,6 @@ def _duration(us: int) -> str:
 @click.pass_context
 def show(ctx: click.Context, name: str, as_json: bool) -> None:
     """Show a schedule: its request, recent occurrences and outcomes, next run."""
-    from taskq.schedules.view import describe, detail
 
     store = _store(ctx)
     doc = detail(store, name, _now())
@@ -264,7 +247,6 @@ def show(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.pass_context
 def next_(ctx: click.Context, name: str, count: int, as_json: bool) -> None:
     """Print the next slots of a schedule, in UTC and in its zone."""
-    from taskq.schedules.slots import local_text
 
     store, now = _store(ctx), _now()
     sched = store.read(name)
@@ -309,7 +291,6 @@ def resume(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.pass_context
 def rm(ctx: click.Context, name: str, as_json: bool) -> None:
     """Remove a schedule and cancel its waiting occurrence; past tasks stay."""
-    from taskq.schedules import materialise
 
     store, now = _store(ctx), _now()
     store.read(name)  # NotFound before anything changes

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from taskq.daemon import runner
+from taskq.spool import attemptfiles
 from taskq.spool.runas import RunAs
 from taskq.spool.task import ClaimName, TaskBody
 from taskq.times.timespec import SECOND, format_duration
@@ -105,7 +106,7 @@ class Attempts:
     def adopted_ended(self, log_dir: str, task_id: str) -> bool:
         """Whether an adopted attempt's supervisor is gone (then forget it)."""
         run = self.adopted[task_id]
-        if runner.supervisor_alive(log_dir, run.claim.task.attempt):
+        if attemptfiles.supervisor_alive(log_dir, run.claim.task.attempt):
             return False
         del self.adopted[task_id]
         if run.pidfd is not None:

@@ -13,27 +13,14 @@ import contextlib
 import fcntl
 import logging
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from taskq.daemon.sdnotify import Notifier
+from taskq.observe.snapshot import Snapshot
 from taskq.spool import rundir as status
 from taskq.times.timespec import SECOND, format_iso
 
 log = logging.getLogger("taskq")
-
-
-@dataclass
-class Snapshot:
-    """What the loop reports about itself; all durations in µs."""
-
-    dispatching: bool
-    reason: str | None
-    stopping: bool
-    uncertainty: int
-    offset: int
-    busy: int
-    due_soon: int
 
 
 class Health:

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from taskq.daemon import runner
 from taskq.daemon.attempts import Prepared
 from taskq.daemon.dispatch import QueueCaps
-from taskq.daemon.health import Snapshot
 from taskq.daemon.settings import Settings
 from taskq.daemon.starter import SPIN
 from taskq.daemon.wiring import Parts
+from taskq.observe.snapshot import Snapshot
 from taskq.spool.faults import crash_point
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskName

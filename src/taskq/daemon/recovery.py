@@ -22,7 +22,7 @@ from taskq.daemon import runner
 from taskq.daemon.attempts import Attempts, Running
 from taskq.daemon.crew import Crew, Part
 from taskq.errors import CorruptFile
-from taskq.spool import fsutil, journal, transitions
+from taskq.spool import attemptfiles, fsutil, journal, transitions
 from taskq.spool import rundir as status
 from taskq.spool.faults import crash_point
 from taskq.spool.layout import stray
@@ -168,7 +168,7 @@ class Recovery(Part):
         """Watch an orphaned attempt to its end, or settle one that ended."""
         log_dir = self.spool.log_dir(body.id)
         attempt = held.task.attempt
-        if not os.path.exists(runner.status_path(log_dir, attempt)):
+        if not os.path.exists(attemptfiles.status_path(log_dir, attempt)):
             # The status file is created before the spawn: this attempt never ran.
             self.settler.settle_unbegun(held, now, "never spawned")
             return
@@ -178,7 +178,7 @@ class Recovery(Part):
             run.started_mono -= max(0, now - parse_when(str(start["time"]), 0))
         # The supervisor's lock is only meaningful on its own host: a lock
         # taken over a shared filesystem proves nothing.
-        if old.host == self.owner.host and runner.supervisor_alive(log_dir, attempt):
+        if old.host == self.owner.host and attemptfiles.supervisor_alive(log_dir, attempt):
             self.attempts.add_adopted(run, None if start is None else start.get("proc_start"))
             if held.phase == "cancelling":
                 self.stop_for_cancel(run, mono)
@@ -190,7 +190,7 @@ class Recovery(Part):
     def _settle_orphan(self, run: Running, old: ClaimName, log_dir: str, now: int) -> None:
         """An orphan no longer running here: it never began, ended, or was lost."""
         attempt, task_id = run.claim.task.attempt, run.body.id
-        began, code = runner.read_supervisor(log_dir, attempt)
+        began, code = attemptfiles.read_supervisor(log_dir, attempt)
         if not began:
             # Its daemon died between creating the status file and the spawn.
             self.settler.settle_unbegun(run.claim, now, "never began")
@@ -216,7 +216,7 @@ class Recovery(Part):
         log_dir = self.spool.log_dir(task_id)
         if run is None or not self.attempts.adopted_ended(log_dir, task_id):
             return
-        code = runner.read_status(log_dir, run.claim.task.attempt)
+        code = attemptfiles.read_status(log_dir, run.claim.task.attempt)
         if code is None:
             run.notes.append("supervisor died without recording a status")
         self.settler.ended(run, code, now, None)

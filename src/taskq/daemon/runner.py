@@ -22,6 +22,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 
+from taskq.spool.attemptfiles import out_path, status_path
 from taskq.spool.runas import RunAs
 from taskq.spool.task import TaskBody, TaskName
 from taskq.times.timespec import format_iso
@@ -43,14 +44,6 @@ SUPERVISOR = (
     '"$@" 3>&-; s=$?; echo $s >&3; exit $s'
 )
 SH = "/bin/sh"
-
-
-def out_path(log_dir: str, attempt: int) -> str:
-    return f"{log_dir}/{attempt}.out"
-
-
-def status_path(log_dir: str, attempt: int) -> str:
-    return f"{log_dir}/{attempt}.status"
 
 
 @dataclass
@@ -300,38 +293,6 @@ def kill_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def supervisor_alive(log_dir: str, attempt: int) -> bool:
-    """Tell whether an attempt's supervisor still runs (holds the status lock)."""
-    try:
-        fd = os.open(status_path(log_dir, attempt), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
-def read_status(log_dir: str, attempt: int) -> int | None:
-    """The exit status the supervisor recorded, or None if it recorded none."""
-    return read_supervisor(log_dir, attempt)[1]
-
-
-def read_supervisor(log_dir: str, attempt: int) -> tuple[bool, int | None]:
-    """(whether the supervisor began, the exit status it recorded if any)."""
-    try:
-        with open(status_path(log_dir, attempt), "rb") as f:
-            lines = f.read(64).split()
-    except FileNotFoundError:
-        return False, None
-    began = b"S" in lines
-    code = int(lines[-1]) if lines and lines[-1].isdigit() else None
-    return began or code is not None, code
 
 
 def close_on_exec_all() -> None:

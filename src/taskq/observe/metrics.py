@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from taskq.daemon.health import Snapshot
+from taskq.observe.snapshot import Snapshot
 from taskq.spool.layout import STATES
 from taskq.times.timespec import SECOND
 

@@ -31,7 +31,7 @@ import os
 from taskq.errors import NotFound, TaskqError
 from taskq.spool import fsutil, journal
 from taskq.spool.layout import Located, Spool
-from taskq.spool.task import ClaimName, TaskName, check_id
+from taskq.spool.task import ClaimName, TaskBody, TaskName, check_id
 from taskq.times.timespec import format_compact, parse_when
 
 ROUNDS = 3  # probe rounds before a lookup falls back to listing the spool
@@ -214,6 +214,17 @@ def locate(spool: Spool, task_id: str) -> Located:
     found = spool.scan(task_id)
     point(spool, task_id, found.path)
     return found
+
+
+def load(spool: Spool, task_id: str) -> tuple[Located, TaskBody]:
+    """Locate a task and read its body, looking again if it moves meanwhile."""
+    for _ in range(10):
+        found = locate(spool, task_id)
+        try:
+            return found, spool.read_body(found.path)
+        except FileNotFoundError:
+            continue
+    raise NotFound(f"task {task_id} keeps moving; try again")
 
 
 def known(spool: Spool, task_id: str) -> bool:

@@ -210,16 +210,6 @@ class Spool:
         for state in STATES:
             yield from self.iter_state(state)
 
-    def locate(self, task_id: str) -> Located:
-        """Find a task by id in any state; raise NotFound if it is nowhere.
-
-        Its ids/ hint leads to it in a few probes (byid.py); only a task the
-        hints cannot reach is searched for by listing the spool (scan).
-        """
-        from taskq.spool import byid  # byid builds on this module
-
-        return byid.locate(self, task_id)
-
     def scan(self, task_id: str) -> Located:
         """Find a task by listing every state; raise NotFound if it is nowhere.
 
@@ -234,16 +224,6 @@ class Spool:
                     if found.name.id == task_id:
                         return found
         raise NotFound(f"no task {task_id} in {self.root}")
-
-    def load(self, task_id: str) -> tuple[Located, TaskBody]:
-        """Locate a task and read its body, looking again if it moves meanwhile."""
-        for _ in range(10):
-            found = self.locate(task_id)
-            try:
-                return found, self.read_body(found.path)
-            except FileNotFoundError:
-                continue
-        raise NotFound(f"task {task_id} keeps moving; try again")
 
     # -- quarantine -----------------------------------------------------
 

@@ -11,7 +11,7 @@ import pytest
 
 from taskq.daemon import runner
 from taskq.daemon.dueindex import DueIndex
-from taskq.spool import journal
+from taskq.spool import attemptfiles, journal
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, TaskName, bucket_of, new_id
 from taskq.times.timespec import MINUTE, SECOND
@@ -93,12 +93,12 @@ def test_runner_records_status_and_output_past_the_daemon(tmp_path: Path) -> Non
     body = TaskBody(new_id(NOW), ["sh", "-c", "echo out; echo err >&2; exit 3"], NOW, NOW)
     name = TaskName(NOW, body.id, 1)
     child = runner.spawn(body, name, log_dir, {"PATH": "/usr/bin:/bin"})
-    assert runner.supervisor_alive(log_dir, 1) or runner.read_status(log_dir, 1) == 3
+    assert attemptfiles.supervisor_alive(log_dir, 1) or attemptfiles.read_status(log_dir, 1) == 3
     _, status = os.waitpid(child.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 3
-    assert runner.read_supervisor(log_dir, 1) == (True, 3)
-    assert not runner.supervisor_alive(log_dir, 1)
-    assert Path(runner.out_path(log_dir, 1)).read_text() == "out\nerr\n"
+    assert attemptfiles.read_supervisor(log_dir, 1) == (True, 3)
+    assert not attemptfiles.supervisor_alive(log_dir, 1)
+    assert Path(attemptfiles.out_path(log_dir, 1)).read_text() == "out\nerr\n"
 
 
 def test_runner_watches_a_live_process_by_pidfd(tmp_path: Path) -> None:
@@ -124,11 +124,11 @@ def test_runner_refuses_an_attempt_another_supervisor_holds(tmp_path: Path) -> N
     try:
         with pytest.raises(runner.AttemptBusy):
             runner.spawn(body, name, log_dir, {"PATH": "/usr/bin:/bin"})
-        assert runner.supervisor_alive(log_dir, 1)
+        assert attemptfiles.supervisor_alive(log_dir, 1)
     finally:
         gate.touch()
         os.waitpid(first.pid, 0)
-    assert runner.read_supervisor(log_dir, 1) == (True, 0)
+    assert attemptfiles.read_supervisor(log_dir, 1) == (True, 0)
 
 
 def test_runner_never_reuses_an_attempt_that_ran(tmp_path: Path) -> None:
@@ -141,8 +141,8 @@ def test_runner_never_reuses_an_attempt_that_ran(tmp_path: Path) -> None:
     again = TaskBody(body.id, ["echo", "second"], 0, 0)
     with pytest.raises(runner.AttemptUsed):
         runner.spawn(again, name, log_dir, {"PATH": "/usr/bin:/bin"})
-    assert Path(runner.out_path(log_dir, 1)).read_text() == "first\n"
-    assert runner.read_supervisor(log_dir, 1) == (True, 0)
+    assert Path(attemptfiles.out_path(log_dir, 1)).read_text() == "first\n"
+    assert attemptfiles.read_supervisor(log_dir, 1) == (True, 0)
 
 
 def test_last_of_answers_the_same_object_once_and_an_equal_one_anew() -> None:

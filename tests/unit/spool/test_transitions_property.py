@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from taskq.client.submit import submit
-from taskq.spool import transitions
+from taskq.spool import byid, transitions
 from taskq.spool.layout import END_STATES, Located, Spool
 from taskq.spool.task import ClaimName, TaskBody, new_id
 from taskq.spool.transitions import Owner
@@ -48,7 +48,7 @@ class TwoActors(RuleBasedStateMachine):
         shutil.rmtree(self.dir)
 
     def where(self) -> Located:
-        return self.spool.locate(self.id)
+        return byid.locate(self.spool, self.id)
 
     def tick(self) -> int:
         self.clock += 1

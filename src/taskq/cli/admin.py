@@ -1,0 +1,96 @@
+"""Commands on the spool as a whole: status (the daemons), stats, gc (retention), fsck."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from taskq import errors
+from taskq.cli.common import spool_of
+from taskq.cli.params import DURATION, PlainHelp
+from taskq.cli.render import daemon_line, paused_line, stats_text
+from taskq.cli.timefmt import stamper, time_format
+from taskq.errors import NotFound
+from taskq.observe import stats
+from taskq.spool import fsck, pause, retention, rundir
+from taskq.spool.defaults import default_host_id
+from taskq.times.clock import wall_us
+
+
+@click.command(cls=PlainHelp, name="status")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@time_format
+@click.pass_context
+def status_command(ctx: click.Context, as_json: bool, local: bool | None) -> None:
+    """Show the daemons on this spool: dispatching or not, clock uncertainty, load."""
+    stamp = stamper(local)
+    run_dir = spool_of(ctx).run
+    records = rundir.read_all(run_dir)
+    for r in records:
+        r["alive"] = rundir.record_alive(run_dir, r, default_host_id(), wall_us())
+    if as_json:
+        click.echo(json.dumps(records, indent=1))
+        return
+
+    for r in records:
+        click.echo(daemon_line(r, stamp))
+    for held in pause.active(spool_of(ctx), wall_us()):
+        click.echo(paused_line(held.to_doc()))
+
+
+@click.command(cls=PlainHelp, name="stats")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@time_format
+@click.pass_context
+def stats_command(ctx: click.Context, as_json: bool, local: bool | None) -> None:
+    """Counts per state and queue, the overdue backlog, lateness and daemons."""
+    stamp = stamper(local)
+    doc = stats.collect(spool_of(ctx), wall_us(), default_host_id())
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+
+    click.echo(stats_text(doc, stamp))
+
+
+@click.command(cls=PlainHelp, name="gc")
+@click.option(
+    "--older-than",
+    type=DURATION,
+    default="7d",
+    show_default=True,
+    metavar="DURATION",
+    help="Remove done/ days that ended longer ago than this.",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would go; change nothing.")
+@click.pass_context
+def gc_command(ctx: click.Context, older_than: int, dry_run: bool) -> None:
+    """Prune finished tasks from done/, with their logs and keys."""
+    found = retention.collect(spool_of(ctx), wall_us(), older_than, dry_run)
+    verb = "would remove" if dry_run else "removed"
+    click.echo(
+        f"{verb} {found.tasks} done task(s) in {found.days} day(s), with their logs "
+        f"and {found.keys} key(s)"
+    )
+
+
+@click.command(cls=PlainHelp, name="fsck")
+@click.option("--dry-run", is_flag=True, help="Report what is wrong; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.pass_context
+def fsck_command(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """Check the spool's structure and permissions; quarantine and repair what is bad."""
+    spool = spool_of(ctx)
+    if not os.path.isdir(spool.root):
+        raise NotFound(f"no spool at {spool.root}")
+    report = fsck.check(spool, wall_us(), dry_run)
+    if as_json:
+        doc = {"problems": report.problems, "fixed": report.fixed, "findings": report.lines}
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        for line in report.lines:
+            click.echo(line)
+        click.echo(f"fsck: {report.problems} problem(s), {report.fixed} fixed")
+    ctx.exit(errors.fsck_status(report.problems, report.fixed))

@@ -1,0 +1,47 @@
+"""`taskq pause` and `taskq resume`: holding a queue's tasks back on every daemon."""
+
+from __future__ import annotations
+
+import click
+
+from taskq.cli.common import init_spool, spool_of
+from taskq.cli.params import PlainHelp
+from taskq.client import request
+from taskq.errors import BadInput
+from taskq.spool import pause
+from taskq.spool.task import check_queue
+from taskq.times.clock import wall_us
+from taskq.times.timespec import format_iso
+
+
+@click.command(cls=PlainHelp, name="pause")
+@click.argument("queues", metavar="QUEUE...", nargs=-1, required=True)
+@click.option(
+    "--until",
+    metavar="WHEN",
+    help="Resume by itself at WHEN (a time as for submit --at) [default: when resumed].",
+)
+@click.pass_context
+def pause_command(ctx: click.Context, queues: tuple[str, ...], until: str | None) -> None:
+    """Stop starting the queues' tasks, on every daemon, until resumed (or --until)."""
+    now = wall_us()
+    when = None if until is None else request.run_at(until, None, now, ("--until", "--until"))
+    if when is not None and when <= now:
+        raise BadInput(f"--until {until} is not in the future")
+    names = [check_queue(q) for q in queues]
+    spool = spool_of(ctx)
+    init_spool(spool)
+    for held in pause.pause(spool, names, when, now):
+        shown = "until resumed" if held.until is None else f"until {format_iso(held.until)}"
+        click.echo(f"paused {held.queue} {shown}")
+
+
+@click.command(cls=PlainHelp, name="resume")
+@click.argument("queues", metavar="QUEUE...", nargs=-1, required=True)
+@click.pass_context
+def resume_command(ctx: click.Context, queues: tuple[str, ...]) -> None:
+    """Start the queues' tasks again; they drain through the usual fair scheduling."""
+    names = [check_queue(q) for q in queues]
+    pause.resume(spool_of(ctx), names)
+    for name in names:
+        click.echo(f"resumed {name}")

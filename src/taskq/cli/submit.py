@@ -1,0 +1,218 @@
+"""`taskq submit`: accept a command (or a batch of them) to run at a time.
+
+The options become a request (client/request.py) or, with --batch, the
+defaults of every line (client/batch.py); the id is printed only once the
+task is durable (client/submit.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from taskq.cli.common import init_spool, spool_of
+from taskq.cli.params import DIRECTORY, DURATION, ENV_VAR, FILE, POSITIVE_DURATION, PlainHelp
+from taskq.client import environment, limits, request
+from taskq.client.submit import submit as submit_one
+from taskq.client.submit import submit_batch
+from taskq.errors import BadInput
+from taskq.spool import config
+from taskq.spool.task import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    MAIL_MODES,
+    MAX_AFTER,
+    MAX_STDIN,
+    TaskBody,
+    check_id,
+    check_queue,
+)
+from taskq.times.clock import wall_us
+from taskq.times.timespec import format_iso
+
+
+@click.command(cls=PlainHelp, name="submit", context_settings={"ignore_unknown_options": False})
+@click.option(
+    "--at",
+    "at",
+    metavar="WHEN",
+    help="at(1)-style time (09:00, 9:00 tomorrow, now + 2 hours, noon...), ISO-8601 "
+    "(no offset = local time), @EPOCH or now.",
+)
+@click.option(
+    "--in",
+    "in_",
+    type=DURATION,
+    metavar="DURATION",
+    help="Run after DURATION, e.g. 90s, 5m, 1h30m.",
+)
+@click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Queue name.")
+@click.option("--key", help="Idempotency key: a second submit with it creates nothing.")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, request.MAX_ATTEMPTS),
+    default=DEFAULT_MAX_ATTEMPTS,
+    show_default=True,
+    help="Attempts before the task is dead-lettered to failed/.",
+)
+@click.option(
+    "--timeout",
+    type=POSITIVE_DURATION,
+    metavar="DURATION",
+    help="Kill an attempt that runs longer.",
+)
+@click.option(
+    "--expires",
+    type=POSITIVE_DURATION,
+    metavar="DURATION",
+    help="Fail instead of starting later than run_at + DURATION.",
+)
+@click.option(
+    "--stdin",
+    "use_stdin",
+    is_flag=True,
+    help=f"Store standard input (max {MAX_STDIN} bytes) for the command.",
+)
+@click.option(
+    "--env",
+    "env",
+    type=ENV_VAR,
+    multiple=True,
+    metavar="K=V",
+    help="Set a variable for the command (repeatable); overrides the recorded one.",
+)
+@click.option(
+    "--no-env",
+    is_flag=True,
+    help="Record neither the environment nor the umask: the command gets PATH, --env "
+    "and the daemon's umask.",
+)
+@click.option(
+    "--cwd",
+    metavar="DIRECTORY",
+    type=DIRECTORY,
+    help="Working directory [default: the current one].",
+)
+@click.option(
+    "--batch",
+    metavar="FILE|-",
+    type=FILE,
+    help="Submit one task per NDJSON line of FILE (- for standard input); "
+    "the options above are the defaults for every line.",
+)
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="ID[,ID...]",
+    help="Wait until these tasks have ended (repeatable), even past run_at.",
+)
+@click.option(
+    "--after-ok/--after-any",
+    "after_ok",
+    default=True,
+    help="Run only if every --after task is done (else cancel), or however they ended.",
+)
+@click.option(
+    "--mail",
+    type=click.Choice(MAIL_MODES),
+    help="Mail the submitter (or MAILTO) when the task fails, always or never "
+    "[default: failure if MAILTO is set, else never].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the id.")
+@click.argument("command", nargs=-1)
+@click.pass_context
+def submit_command(ctx: click.Context, /, **opts: Any) -> None:
+    """Accept COMMAND to run at a time; print its id once it is durable."""
+    now = wall_us()
+    opts["after"] = _after_ids(opts["after"])
+    if opts["batch"] is None:
+        if not opts["command"]:
+            raise BadInput("missing COMMAND (or give --batch FILE)")
+        bodies = [_request(opts, now).body(opts["command"], now)]
+    else:
+        bodies = _read_batch(opts, now)
+    spool = spool_of(ctx)
+    init_spool(spool)
+    if opts["after"]:
+        from taskq.spool import deps
+
+        deps.check_known(spool, opts["after"])
+    limits.check(spool, config.load(spool.root).limits, now, adding=len(bodies))
+    if opts["batch"] is None:
+        results = [submit_one(spool, bodies[0])]
+    else:
+        results = submit_batch(spool, bodies)
+    if opts["as_json"]:
+        docs = ({"id": n.id, "created": c, "run_at": format_iso(n.run_at)} for n, c in results)
+        lines = [json.dumps(doc) for doc in docs]
+    else:
+        lines = [name.id for name, _ in results]
+    click.echo("\n".join(lines))  # one write for a batch's ids, not one per line
+
+
+def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:
+    from taskq.client import batch
+
+    if opts["command"]:
+        raise BadInput("give COMMAND or --batch, not both")
+    given = (
+        ("--key", opts["key"]),
+        ("--stdin", opts["use_stdin"] or None),
+        ("--after", opts["after"] or None),
+    )
+    for option, value in given:
+        if value is not None:
+            raise BadInput(f"{option} does not go with --batch; give it per line")
+    try:
+        if opts["batch"] == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(opts["batch"], "rb") as f:
+                data = f.read()
+    except OSError as e:
+        raise BadInput(f"cannot read --batch {opts['batch']}: {e.strerror}") from None
+    return batch.parse(data, _request(opts, now), now)
+
+
+def _request(opts: dict[str, Any], now: int) -> request.Request:
+    """What submit's options ask for: every task's, or a batch's defaults."""
+    return request.Request(
+        run_at=request.run_at(opts["at"], opts["in_"], now),
+        cwd=request.directory("--cwd", os.path.abspath(opts["cwd"] or os.getcwd())),
+        env=request.environment(
+            opts["env"], None if opts["no_env"] else environment.record(os.environ)
+        ),
+        queue=check_queue(opts["queue"]),
+        key=opts["key"],
+        max_attempts=opts["max_attempts"],
+        timeout=opts["timeout"],
+        expires=opts["expires"],
+        stdin=_read_stdin() if opts["use_stdin"] else None,
+        umask=None if opts["no_env"] else environment.umask(),
+        env_recorded=not opts["no_env"],
+        after=opts["after"],
+        after_any=not opts["after_ok"],
+        mail=opts["mail"],
+    )
+
+
+def _after_ids(values: tuple[str, ...]) -> list[str]:
+    """The ids of --after ID[,ID...] (repeatable), checked, each once, in order."""
+    ids: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            task_id = check_id(part)
+            if task_id not in ids:
+                ids.append(task_id)
+    if len(ids) > MAX_AFTER:
+        raise BadInput(f"--after names {len(ids)} tasks; at most {MAX_AFTER}")
+    return ids
+
+
+def _read_stdin() -> bytes:
+    return request.payload("standard input", sys.stdin.buffer.read(MAX_STDIN + 1))

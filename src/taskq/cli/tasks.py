@@ -1,0 +1,210 @@
+"""Commands on tasks: ls, show, logs and wait read them; cancel, reschedule, retry change them."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from taskq import errors
+from taskq.cli import lspool
+from taskq.cli.common import spool_of
+from taskq.cli.params import DURATION, PlainHelp
+from taskq.cli.render import describe, detail, env_lines
+from taskq.cli.timefmt import stamper, time_format, when_of
+from taskq.client import operations, request
+from taskq.errors import BadInput, Conflict, WaitTimeout
+from taskq.observe import watch
+from taskq.spool import byid, deps, journal, listing
+from taskq.spool.layout import STATES
+from taskq.spool.task import check_id, check_queue
+from taskq.times.clock import wall_us
+from taskq.times.timespec import SECOND
+
+
+@click.command(cls=PlainHelp, name="ls")
+@click.option(
+    "--state",
+    type=click.Choice(STATES),
+    multiple=True,
+    help="Only tasks in this state (repeatable).",
+)
+@click.option("--queue", "queues", multiple=True, help="Only tasks in this queue (repeatable).")
+@click.option("--after", metavar="WHEN", help="Only tasks due at or after WHEN.")
+@click.option("--before", metavar="WHEN", help="Only tasks due before WHEN.")
+@click.option("--key", help="Only the task submitted with this idempotency key.")
+@click.option("--limit", type=click.IntRange(1), metavar="N", help="Stop after N tasks.")
+@click.option(
+    "--no-command",
+    "names_only",
+    is_flag=True,
+    help="Leave the command out: read file names only, no task file.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line (NDJSON).")
+@time_format
+@click.pass_context
+def ls_command(
+    ctx: click.Context,
+    state: tuple[str, ...],
+    queues: tuple[str, ...],
+    after: str | None,
+    before: str | None,
+    key: str | None,
+    limit: int | None,
+    names_only: bool,
+    as_json: bool,
+    local: bool | None,
+) -> None:
+    """List tasks as they are read, one line each, by state then run_at."""
+    now = wall_us()
+    flt = listing.Filter(
+        states=tuple(s for s in STATES if s in state) if state else STATES,
+        queues=frozenset(check_queue(q) for q in queues),
+        after=None if after is None else when_of("--after", after, now),
+        before=None if before is None else when_of("--before", before, now),
+        limit=limit,
+        bodies=not names_only,
+    )
+    spool = spool_of(ctx)
+    lines = lspool.Lines(as_json, not names_only, local)
+    stamper(local)  # a bad TASKQ_TIMEFMT is refused before anything is listed
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    try:
+        if key is None:
+            lspool.write_jobs(spool, flt, lines, write)
+        else:
+            lspool.write_rows(listing.by_key(spool, key, flt), flt, lines, write)
+    except BrokenPipeError:  # `taskq ls | head`: the reader has all it wants
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+@click.command(cls=PlainHelp, name="show")
+@click.argument("task_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.option(
+    "--env", "env", is_flag=True, help="Print the task's variables (NAME=VALUE a line), only."
+)
+@time_format
+@click.pass_context
+def show_command(
+    ctx: click.Context, task_id: str, as_json: bool, env: bool, local: bool | None
+) -> None:
+    """Show a task: its request, recorded environment, state and every attempt."""
+    stamp = stamper(local)
+    spool = spool_of(ctx)
+    found, body = byid.load(spool, task_id)
+    if env:
+        click.echo(json.dumps(body.env, indent=1) if as_json else env_lines(body.env))
+        return
+    doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))
+    if body.after:
+        states = deps.states_of(spool, body.after)
+        doc["after"] = [{"id": i, "state": states.get(i, "gone")} for i in body.after]
+    click.echo(json.dumps(doc, indent=1) if as_json else describe(doc, stamp))
+
+
+@click.command(cls=PlainHelp, name="logs")
+@click.argument("task_id", metavar="ID")
+@click.option(
+    "--attempt", type=click.IntRange(1), help="Which attempt [default: the latest with output]."
+)
+@click.option(
+    "-f", "--follow", is_flag=True, help="Keep printing output as it comes, until the attempt ends."
+)
+@click.pass_context
+def logs_command(ctx: click.Context, task_id: str, attempt: int | None, follow: bool) -> None:
+    """Print the output (stdout and stderr) of an attempt."""
+    spool = spool_of(ctx)
+    log_dir = spool.log_dir(task_id)
+
+    def write(data: bytes) -> None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
+    if follow:
+        watch.follow(spool, task_id, attempt, write)
+        return
+    if attempt is None:
+        attempt = watch.latest_attempt(log_dir)
+        if attempt is None:
+            byid.locate(spool, task_id)
+            raise Conflict(f"task {check_id(task_id)} has not run yet")
+    try:
+        with open(os.path.join(log_dir, f"{attempt}.out"), "rb") as f:
+            write(f.read())
+    except FileNotFoundError:
+        byid.locate(spool, task_id)
+        raise Conflict(f"task {check_id(task_id)} has no output for attempt {attempt}") from None
+
+
+@click.command(cls=PlainHelp, name="cancel")
+@click.argument("task_id", metavar="ID")
+@click.pass_context
+def cancel_command(ctx: click.Context, task_id: str) -> None:
+    """Cancel a task: pending and claimed ones never start, a running one is stopped."""
+    found = operations.cancel(spool_of(ctx), task_id)
+    if found.state in ("running", "cancelling"):
+        click.echo(f"cancelling {found.name.id} (running: its daemon stops it, TERM then KILL)")
+    else:
+        click.echo(f"cancelled {found.name.id}")
+
+
+@click.command(cls=PlainHelp, name="reschedule")
+@click.argument("task_id", metavar="ID")
+@click.option("--at", "at", metavar="WHEN", help="The new run time.")
+@click.option("--in", "in_", type=DURATION, metavar="DURATION", help="The new run time, from now.")
+@time_format
+@click.pass_context
+def reschedule_command(
+    ctx: click.Context, task_id: str, at: str | None, in_: int | None, local: bool | None
+) -> None:
+    """Move a pending task to another run time (a claim racing it wins or loses whole)."""
+    if at is None and in_ is None:
+        raise BadInput("give --at WHEN or --in DURATION")
+    stamp = stamper(local)
+    name = operations.reschedule(spool_of(ctx), task_id, request.run_at(at, in_, wall_us()))
+    click.echo(f"rescheduled {name.id} to {stamp(name.run_at)}")
+
+
+@click.command(cls=PlainHelp, name="retry")
+@click.argument("task_id", metavar="ID")
+@click.option("--at", "at", metavar="WHEN", help="Run the new attempt then [default: now].")
+@click.option(
+    "--in", "in_", type=DURATION, metavar="DURATION", help="Run the new attempt after DURATION."
+)
+@time_format
+@click.pass_context
+def retry_command(
+    ctx: click.Context, task_id: str, at: str | None, in_: int | None, local: bool | None
+) -> None:
+    """Move a failed task back to pending, with a fresh budget of attempts."""
+    stamp = stamper(local)
+    name = operations.retry(spool_of(ctx), task_id, request.run_at(at, in_, wall_us()))
+    click.echo(f"retrying {name.id} as attempt {name.attempt} at {stamp(name.run_at)}")
+
+
+@click.command(cls=PlainHelp, name="wait")
+@click.argument("task_ids", metavar="ID...", nargs=-1, required=True)
+@click.option(
+    "--timeout", type=DURATION, metavar="DURATION", help="Give up after DURATION (exit 124)."
+)
+@click.pass_context
+def wait_command(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | None) -> None:
+    """Wait until the tasks end; print how each ended; exit as the EXIT STATUS table says."""
+    spool = spool_of(ctx)
+    seconds = None if timeout is None else timeout / SECOND
+    results = []
+    for found in watch.wait(spool, list(task_ids), seconds):
+        how, status = watch.outcome(spool, found)
+        results.append((how, status))
+        shown = f" (exit status {status})" if how == "failed" and status is not None else ""
+        click.echo(f"{found.name.id} {how}{shown}")
+    if len(results) < len(set(check_id(t) for t in task_ids)):
+        raise WaitTimeout("wait timed out")
+    ctx.exit(errors.wait_status(results))

@@ -1,0 +1,114 @@
+"""Watching tasks from outside: `taskq wait` until they end, `taskq logs -f` as they run.
+
+Read-only: a wait looks tasks up by id (spool/byid.py) and is woken early by
+inotify on the end-state directories (endwatch.py) for ends made on this
+host; a follow copies an attempt's output as it grows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from taskq.errors import NotFound
+from taskq.spool import attemptfiles, byid, fsutil, journal
+from taskq.spool.layout import END_STATES, Located, Spool
+from taskq.spool.task import check_id
+
+
+def ended(spool: Spool, task_id: str) -> Located | None:
+    """The task if it is in an end state, else None (a lookup by id: O(1))."""
+    try:
+        found = byid.locate(spool, task_id)
+    except NotFound:
+        return None  # pruned meanwhile; wait's first lookup said it existed
+    return found if found.state in END_STATES else None
+
+
+def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[Located]:
+    """Yield each task as it reaches an end state; stop at the timeout.
+
+    Each poll looks up every id still awaited (O(1) each: byid.py); between
+    polls, inotify names the ids that just ended on this host (endwatch.py),
+    and only those are looked up at once.
+    """
+    from taskq.observe.endwatch import POLL_UNWATCHED, POLL_WATCHED, EndWatch
+
+    waiting = {check_id(t) for t in task_ids}
+    for task_id in waiting:
+        byid.locate(spool, task_id)  # NotFound now, not a silent wait forever
+    deadline = None if timeout is None else time.monotonic() + timeout
+    watch: EndWatch | None = None  # started only if the first poll leaves some to wait for
+    try:
+        pause, next_full, check = 0.02, 0.0, set(waiting)
+        while True:
+            now = time.monotonic()
+            if now >= next_full:  # a full poll: ends on other hosts, or unwatched
+                check, next_full = set(waiting), now + pause
+                longest = POLL_WATCHED if watch and watch.watching else POLL_UNWATCHED
+                pause = min(pause * 1.5, longest)
+            yield from _ended_of(spool, waiting, check)
+            now = time.monotonic()
+            if not waiting or (deadline is not None and now >= deadline):
+                return
+            watch = watch or EndWatch(spool)
+            wake_at = next_full if deadline is None else min(next_full, deadline)
+            check = watch.take(max(wake_at - now, 0.0)) & waiting
+    finally:
+        if watch is not None:
+            watch.stop()
+
+
+def _ended_of(spool: Spool, waiting: set[str], check: set[str]) -> Iterator[Located]:
+    for task_id in sorted(check):
+        found = ended(spool, task_id)
+        if found is not None:
+            waiting.discard(task_id)
+            yield found
+
+
+def outcome(spool: Spool, found: Located) -> tuple[str, int | None]:
+    """How an ended task ended: (done|failed|expired|cancelled, last exit status)."""
+    records = journal.read(spool.log_dir(found.name.id))
+    status = journal.exit_status(records)
+    if found.state == "failed" and journal.expired(records):
+        return "expired", status
+    return found.state, status
+
+
+def follow(spool: Spool, task_id: str, attempt: int | None, write: Callable[[bytes], None]) -> None:
+    """Copy an attempt's output as it grows, like tail -f, until the attempt ends."""
+    task_id = check_id(task_id)
+    byid.locate(spool, task_id)  # NotFound (exit 3) for no such task, as without -f
+    log_dir = spool.log_dir(task_id)
+    while attempt is None:
+        attempt = latest_attempt(log_dir)
+        if attempt is None:
+            if ended(spool, task_id) is not None:
+                return  # ended without ever running (cancelled, expired)
+            byid.locate(spool, task_id)
+            time.sleep(0.1)
+    path = attemptfiles.out_path(log_dir, attempt)
+    offset = 0
+    while True:
+        running = attemptfiles.supervisor_alive(log_dir, attempt)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        if data:
+            write(data)
+            offset += len(data)
+        if not running and not data:
+            return
+        time.sleep(0.1)
+
+
+def latest_attempt(log_dir: str) -> int | None:
+    """The highest attempt number with an output file, if any."""
+    numbers = [
+        int(n[:-4]) for n in fsutil.listdir(log_dir) if n.endswith(".out") and n[:-4].isdigit()
+    ]
+    return max(numbers, default=None)
