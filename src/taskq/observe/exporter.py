@@ -9,7 +9,7 @@ interpreter's lock against the loop. The same thread then writes the node_export
 (--metrics-file): rendered by prometheus_client, written to a temporary
 name beside it and renamed over it, so a reader sees the old file or the
 new one, never half of one. It is mode 0644: node_exporter runs as
-another user. With --metrics-listen, prometheus_client's HTTP server
+another user. With --metrics-listen, an HTTP server of prometheus_client's WSGI app
 answers scrapes from its own thread, rendering the same figures; a scrape
 never counts.
 """
@@ -19,13 +19,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
+import socketserver
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 
 from taskq.observe.counting import Counter
 from taskq.observe.metrics import Metrics
@@ -74,7 +77,7 @@ class Exporter:
         if self.listen is not None:
             addr, port = self.listen
             try:
-                self._server, _ = start_http_server(port, addr, self.metrics.registry)
+                self._server = _serve(self.metrics.registry, addr, port)
             except OSError as e:
                 raise fsutil.as_taskq_error(e, f"cannot serve metrics on {addr}:{port}") from None
             log.info("serving metrics on http://%s:%d/metrics", addr, self._server.server_port)
@@ -141,3 +144,25 @@ def _replace(path: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Log no request: a scrape every few seconds is not news."""
+
+
+def _serve(registry: CollectorRegistry, addr: str, port: int) -> WSGIServer:
+    """Serve /metrics from a thread of its own, as prometheus_client's start_http_server does.
+
+    Made here because that function returns its server (to stop it by) only
+    from prometheus_client 0.17 on, and Debian 12 ships 0.16.
+    """
+    family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]
+
+    class Server(socketserver.ThreadingMixIn, WSGIServer):
+        address_family = family
+        daemon_threads = True  # a scrape in flight never holds up the daemon's exit
+
+    server = make_server(addr, port, make_wsgi_app(registry), Server, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="taskq-metrics-http", daemon=True).start()
+    return server

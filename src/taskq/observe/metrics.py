@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+import prometheus_client
+import prometheus_client.metrics
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -80,7 +82,7 @@ class Metrics:
         self.labels = {"host": host, "spool": spool_root}
         self.workers = workers
         # No *_created series: a textfile is read long after, and they only add noise.
-        disable_created_metrics()  # type: ignore[no-untyped-call]
+        _no_created_series()
         self.registry = CollectorRegistry()
         self._lateness = Histogram(
             "taskq_lateness_seconds",
@@ -131,6 +133,15 @@ class Metrics:
     def counted(self, report: dict[str, Any], at: float, seconds: float) -> None:
         """A `taskq stats` report taken at `at` (epoch seconds), which took `seconds`."""
         self.report, self.counted_at, self.count_seconds = report, at, seconds
+
+
+def _no_created_series() -> None:
+    """Export no *_created series, on every prometheus_client from Debian 12's 0.16 on."""
+    disable = getattr(prometheus_client, "disable_created_metrics", None)
+    if disable is not None:
+        disable()
+    else:  # before 0.17 only this flag (set from the environment at import) says so
+        prometheus_client.metrics._use_created = False
 
 
 class _Rendered(Collector):
