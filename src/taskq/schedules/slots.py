@@ -22,7 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from cronsim import CronSim, CronSimError
+try:
+    from cronsim import CronSim, CronSimError
+except ModuleNotFoundError:  # Debian 12 has no cronsim: its taskq package bundles one (debian/)
+    from taskq._vendor.cronsim import CronSim, CronSimError  # type: ignore[import-not-found,no-redef]
 
 from taskq.errors import BadInput
 from taskq.times.timespec import SECOND, datetime_to_us, us_to_datetime
