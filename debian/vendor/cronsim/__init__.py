@@ -1,0 +1,1 @@
+from .cronsim import CronSim as CronSim, CronSimError as CronSimError
