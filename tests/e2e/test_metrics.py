@@ -200,3 +200,55 @@ def test_the_counting_child_answers_as_stats_and_comes_back(tq: Taskq) -> None:
         assert counter.count(now)["counts"]["pending"] == {"a": 1, "b": 2}
     finally:
         counter.close()
+
+
+GRAFANA_VARS = {"$__rate_interval": "5m", "$__range": "1h", "$spool": ".*", "$host": ".*",
+                "$queue": ".*"}  # fmt: skip
+
+
+def _dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every target and variable of the example dashboard."""
+    doc = json.loads((ROOT / "examples" / "grafana-dashboard.json").read_text())
+    queries = [(p["title"], t["expr"]) for p in doc["panels"] for t in p.get("targets", [])]
+    for var in doc["templating"]["list"]:
+        m = re.fullmatch(r"label_values\((.*), (\w+)\)", str(var.get("definition", "")))
+        if m:
+            queries.append((f"variable {var['name']}", m[1]))
+    return queries
+
+
+def _grafana_free(expr: str) -> str:
+    for name, value in sorted(GRAFANA_VARS.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(name, value)
+    assert "$" not in expr, expr
+    return expr
+
+
+def test_dashboard_queries_use_exported_names_and_pass_promtool(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    prom = tmp_path / "taskq.prom"
+    start_daemon("--metrics-file", str(prom))
+    tq.wait_state(tq.submit("--", "true"), ("done",))
+    samples = wait_for(lambda: fresh(prom, time.time() - 1), 30, "a count of the spool")
+    names = {name for name, _ in samples}
+    labels = {k for family in text_string_to_metric_families(prom.read_text())
+              for s in family.samples for k in s.labels}  # fmt: skip
+    queries = _dashboard_queries()
+    assert len(queries) >= 15
+    rules = []
+    for n, (title, expr) in enumerate(queries):
+        expr = _grafana_free(expr)
+        for used in re.findall(r"\btaskq_\w+", expr):
+            assert used in names, f"{title}: {used} is not exported"
+        grouped = re.findall(r"\bby \(([^)]*)\)", expr)
+        matched = re.findall(r"(\w+)=~?\"", expr)
+        for label in [*matched, *(x.strip() for g in grouped for x in g.split(","))]:
+            assert label in labels, f"{title}: no exported series has the label {label}"
+        rules.append(f"      - record: dashboard:query_{n}\n        expr: {json.dumps(expr)}\n")
+    if PROMTOOL is None:
+        pytest.skip("promtool (Debian package prometheus) is missing: names checked only")
+    path = tmp_path / "dashboard-rules.yml"
+    path.write_text("groups:\n  - name: dashboard\n    rules:\n" + "".join(rules))
+    done = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True)
+    assert done.returncode == 0, done.stdout + done.stderr
