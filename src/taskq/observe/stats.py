@@ -25,6 +25,16 @@ RECENT = 500  # finished tasks whose attempts feed the lateness percentiles
 
 def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
     """Gather the whole report as one JSON-able object."""
+    return {
+        **counted(spool, now),
+        "lateness": percentiles(recent_lateness(spool)),
+        "daemons": daemons(spool, now, local_host),
+        "paused": [p.to_doc() for p in pause.active(spool, now)],
+    }
+
+
+def counted(spool: Spool, now: int) -> dict[str, Any]:
+    """The counts per state and queue, and the overdue backlog, as the report has them."""
     counts: dict[str, collections.Counter[str]] = {s: collections.Counter() for s in STATES}
     overdue: collections.Counter[str] = collections.Counter()
     oldest: dict[str, int] = {}
@@ -38,9 +48,6 @@ def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
     counts["failed"].update(cache.count("failed", ""))
     counts["cancelled"].update(cache.count("cancelled", ""))
     cache.save()
-    daemons = status.read_all(spool.run)
-    for record in daemons:
-        record["alive"] = status.record_alive(spool.run, record, local_host, now)
     return {
         "time": format_iso(now),
         "counts": {s: dict(sorted(c.items())) for s, c in counts.items()},
@@ -54,10 +61,15 @@ def collect(spool: Spool, now: int, local_host: str) -> dict[str, Any]:
         },
         "overdue_total": sum(overdue.values()),
         "oldest_overdue_age": (now - min(oldest.values())) / SECOND if oldest else None,
-        "lateness": _lateness(spool),
-        "daemons": daemons,
-        "paused": [p.to_doc() for p in pause.active(spool, now)],
     }
+
+
+def daemons(spool: Spool, now: int, local_host: str) -> list[dict[str, Any]]:
+    """Every daemon's health record, with whether it still runs ("alive")."""
+    records = status.read_all(spool.run)
+    for record in records:
+        record["alive"] = status.record_alive(spool.run, record, local_host, now)
+    return records
 
 
 def _count_pending(
@@ -91,8 +103,8 @@ def _count_pending(
     dircounts.sum_texts(future, into)
 
 
-def _lateness(spool: Spool) -> dict[str, Any]:
-    """Percentiles of the recorded lateness of recent attempts, in seconds."""
+def recent_lateness(spool: Spool, recent: int = RECENT) -> list[float]:
+    """The recorded lateness (s) of the attempts of the most recently finished tasks, sorted."""
     ids: list[str] = []
     for day in reversed(fsutil.listdir(spool.done)):
         for entry in reversed(fsutil.listdir(f"{spool.done}/{day}")):
@@ -100,15 +112,18 @@ def _lateness(spool: Spool) -> dict[str, Any]:
                 ids.append(TaskName.parse(entry).id)
             except ValueError:
                 continue
-        if len(ids) >= RECENT:
+        if len(ids) >= recent:
             break
-    ids = ids[:RECENT]
-    values = sorted(
+    return sorted(
         float(r["lateness"])
-        for task_id in ids
+        for task_id in ids[:recent]
         for r in journal.read(spool.log_dir(task_id))
         if r["event"] == "start" and isinstance(r.get("lateness"), int | float)
     )
+
+
+def percentiles(values: list[float]) -> dict[str, Any]:
+    """p50, p90, p99 and max of sorted lateness values, in seconds; the report's form."""
     if not values:
         return {"attempts": 0}
 

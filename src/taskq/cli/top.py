@@ -1,0 +1,223 @@
+"""`taskq top`: a live terminal view of a spool, drawn with urwid.
+
+The picture comes from observe.top (the spool read as `taskq stats` and
+`taskq ls` read it); this module turns it into lines and runs urwid's
+loop: a redraw every --interval, keys to filter by queue, to show a task
+and to cancel one. urwid, not rich or textual: it reads keys and runs its
+own loop (rich only draws), and Debian 12 packages it (python3-urwid
+2.1.2), which its taskq package may depend on; its textual is 0.1.13.
+
+Everything a line shows that came from the spool (commands, queue and
+host names, a daemon's record) passes through _safe first: a command
+holding terminal escapes must not repaint the operator's screen.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from taskq.cli.params import POSITIVE_DURATION
+from taskq.errors import BadInput, TaskqError
+from taskq.observe.top import LATENESS_BARS, Picture, Task, running_for
+from taskq.times.timespec import SECOND, format_duration, format_iso
+
+Line = tuple[str, str, str | None]  # (style, text, task id it selects or None)
+KEYS = "q quit  / filter by queue  up/down select  enter show  c cancel  r refresh"
+
+
+def _bound(seconds: float) -> str:
+    """A bar's bound: 1ms, 100ms, 10s, 1m."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds:g}s" if seconds < 60 else f"{seconds / 60:g}m"
+
+
+_BAR_NAMES = [*(f"<{_bound(b)}" for b in LATENESS_BARS), f">={_bound(LATENESS_BARS[-1])}"]
+
+
+def _safe(text: object) -> str:
+    """Spool text for the terminal: control characters (C0, DEL, C1) shown as \\xNN."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in s)
+
+
+def _command(task: Task) -> str:
+    if task.command is None:
+        return "?"
+    import shlex
+
+    return _safe(shlex.join(task.command))
+
+
+def _ago(seconds: float | None) -> str:
+    return "-" if seconds is None else format_duration(round(seconds * SECOND))
+
+
+def _instant(us: int) -> str:
+    return format_iso(us)[:23] + "Z"  # to the millisecond
+
+
+def header(spool_root: str, picture: Picture, queues: frozenset[str], took: float) -> str:
+    shown = ",".join(sorted(queues)) if queues else "all"
+    return (
+        f"taskq top  {_safe(spool_root)}  {_instant(picture.now)}  queues: {_safe(shown)}"
+        f"  refreshed in {took:.3f}s"
+    )
+
+
+def lines(picture: Picture) -> list[Line]:
+    """The body of a frame, top to bottom."""
+    out: list[Line] = []
+    out += _daemon_lines(picture)
+    out += _queue_lines(picture)
+    out += _running_lines(picture)
+    out += _due_lines(picture)
+    out += _lateness_lines(picture)
+    out += _failure_lines(picture)
+    return out
+
+
+def _daemon_lines(picture: Picture) -> list[Line]:
+    out: list[Line] = [("head", f"DAEMONS {len(picture.daemons)}", None)]
+    for r in picture.daemons:
+        if r.get("alive") is False:
+            state = "NOT running (stale record)"
+        elif r.get("dispatching") is True:
+            state = "dispatching"
+        else:
+            state = f"NOT dispatching ({_safe(r.get('reason'))})"
+        style = "" if state == "dispatching" else "bad"
+        text = (
+            f"  {_safe(r.get('owner')):<24} {state}; clock uncertainty "
+            f"{_number(r.get('uncertainty'))}s (max {_safe(r.get('max_uncertainty'))}s); "
+            f"{_safe(r.get('busy'))}/{_safe(r.get('workers'))} busy; "
+            f"updated {_safe(r.get('updated_at'))}"
+        )
+        out.append((style, text, None))
+    for p in picture.paused:
+        until = "until resumed" if p.get("until") is None else f"until {_safe(p.get('until'))}"
+        out.append(("bad", f"  paused: queue {_safe(p.get('queue'))} {until}", None))
+    return out
+
+
+def _number(value: object) -> str:
+    return f"{value:.6f}" if isinstance(value, int | float) else "?"
+
+
+def _queue_lines(picture: Picture) -> list[Line]:
+    out: list[Line] = [
+        (
+            "head",
+            f"{'QUEUE':<20} {'PENDING':>9} {'OVERDUE':>9} {'OLDEST OVERDUE':>15} {'RUNNING':>8}",
+            None,
+        )
+    ]
+    for q in picture.queues:
+        late = _ago(q.oldest_overdue) if q.overdue else "-"
+        text = f"{_safe(q.name):<20} {q.pending:>9} {q.overdue:>9} {late:>15} {q.running:>8}"
+        out.append(("bad" if q.overdue else "", text, None))
+    return out
+
+
+def _running_lines(picture: Picture) -> list[Line]:
+    more = picture.running_total - len(picture.running)
+    title = f"RUNNING {picture.running_total}" + (f" ({more} not shown)" if more else "")
+    out: list[Line] = [
+        ("head", title, None),
+        ("head", f"  {'ID':<26} {'STATE':<10} {'QUEUE':<12} {'FOR':>9} {'HOST':<16} COMMAND", None),
+    ]
+    for t in picture.running:
+        took = running_for(t, picture.now)
+        text = (
+            f"  {t.id:<26} {t.state:<10} {_safe(t.queue):<12} {_ago(took):>9} "
+            f"{_safe(t.host):<16} {_command(t)}"
+        )
+        out.append(("", text, t.id))
+    return out
+
+
+def _due_lines(picture: Picture) -> list[Line]:
+    out: list[Line] = [
+        ("head", f"DUE NEXT (overdue backlog: {picture.overdue_total})", None),
+        ("head", f"  {'ID':<26} {'QUEUE':<12} {'RUN_AT':<24} {'IN':>9} COMMAND", None),
+    ]
+    for t in picture.due:
+        wait = format_duration(max(0, t.run_at - picture.now))
+        text = f"  {t.id:<26} {_safe(t.queue):<12} {_instant(t.run_at):<24} {wait:>9} "
+        out.append(("", text + _command(t), t.id))
+    return out
+
+
+def _lateness_lines(picture: Picture) -> list[Line]:
+    total = sum(picture.lateness)
+    out: list[Line] = [("head", f"LATENESS of the last {total} starts", None)]
+    widest = max(picture.lateness, default=0) or 1
+    for name, n in zip(_BAR_NAMES, picture.lateness, strict=True):
+        bar = "#" * (round(40 * n / widest) if n else 0)
+        out.append(("", f"  {name:>8} {bar:<40} {n}", None))
+    return out
+
+
+def _failure_lines(picture: Picture) -> list[Line]:
+    out: list[Line] = [
+        ("head", "RECENT FAILURES", None),
+        ("head", f"  {'ID':<26} {'QUEUE':<12} {'RUN_AT':<24} {'EXIT':>4} COMMAND", None),
+    ]
+    for t in picture.failures:
+        status = "?" if t.exit_status is None else str(t.exit_status)
+        text = f"  {t.id:<26} {_safe(t.queue):<12} {_instant(t.run_at):<24} {status:>4} "
+        out.append(("bad", text + _command(t), t.id))
+    return out
+
+
+@click.command()
+@click.option(
+    "--interval",
+    type=POSITIVE_DURATION,
+    default="2s",
+    show_default=True,
+    metavar="DURATION",
+    help="Redraw this often.",
+)
+@click.option("--queue", "queues", multiple=True, help="Show only this queue's tasks (repeatable).")
+@click.pass_context
+def top(ctx: click.Context, interval: int, queues: tuple[str, ...]) -> None:
+    """A live view: running attempts, what is due next, queues, lateness, daemons, failures."""
+    from taskq.cli.topapp import TopApp
+    from taskq.spool.layout import Spool
+    from taskq.spool.task import check_queue
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise BadInput("taskq top needs a terminal (try taskq stats or taskq ls)")
+    spool = Spool(ctx.obj["spool"])
+    if not os.path.isdir(spool.root):
+        raise BadInput(f"no spool at {spool.root}")
+    TopApp(spool, frozenset(check_queue(q) for q in queues), interval / SECOND).run()
+
+
+def timed(gather: Callable[[], Picture]) -> tuple[Picture, float]:
+    """A picture and the seconds it took to gather."""
+    began = time.monotonic()
+    picture = gather()
+    return picture, time.monotonic() - began
+
+
+def describe_task(spool: Any, task_id: str) -> str:
+    """What `taskq show ID` prints, for the show window (an error as one line)."""
+    from taskq.cli.render import describe, detail
+    from taskq.spool import journal
+
+    try:
+        found, body = spool.load(task_id)
+        doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))
+        return "\n".join(_safe(line) for line in describe(doc).split("\n"))
+    except (TaskqError, OSError) as e:
+        return _safe(f"cannot show {task_id}: {e}")
