@@ -44,6 +44,7 @@ class _Group(PlainGroup):
         "fsck": ("taskq.cli.admin", "fsck_command"),
         "fence-check": ("taskq.cli.fence_check", "fence_check_command"),
         "schedule": ("taskq.cli.schedule", "schedule"),
+        "top": ("taskq.cli.top", "top"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

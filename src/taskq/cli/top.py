@@ -18,13 +18,13 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 import click
 
 from taskq.cli.params import POSITIVE_DURATION
 from taskq.errors import BadInput, TaskqError
 from taskq.observe.top import LATENESS_BARS, Picture, Task, running_for
+from taskq.spool.layout import Spool
 from taskq.times.timespec import SECOND, format_duration, format_iso
 
 Line = tuple[str, str, str | None]  # (style, text, task id it selects or None)
@@ -192,7 +192,6 @@ def _failure_lines(picture: Picture) -> list[Line]:
 def top(ctx: click.Context, interval: int, queues: tuple[str, ...]) -> None:
     """A live view: running attempts, what is due next, queues, lateness, daemons, failures."""
     from taskq.cli.topapp import TopApp
-    from taskq.spool.layout import Spool
     from taskq.spool.task import check_queue
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -210,13 +209,13 @@ def timed(gather: Callable[[], Picture]) -> tuple[Picture, float]:
     return picture, time.monotonic() - began
 
 
-def describe_task(spool: Any, task_id: str) -> str:
+def describe_task(spool: Spool, task_id: str) -> str:
     """What `taskq show ID` prints, for the show window (an error as one line)."""
     from taskq.cli.render import describe, detail
-    from taskq.spool import journal
+    from taskq.spool import byid, journal
 
     try:
-        found, body = spool.load(task_id)
+        found, body = byid.load(spool, task_id)
         doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))
         return "\n".join(_safe(line) for line in describe(doc).split("\n"))
     except (TaskqError, OSError) as e:
