@@ -12,7 +12,7 @@ from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
 from taskq.client.request import Request
 from taskq.client.submit import submit
-from taskq.spool import byid, deps
+from taskq.spool import byid, ending
 from taskq.spool.layout import Spool
 from taskq.times.clock import wall_us
 from taskq.times.timespec import DAY, parse_when
@@ -155,7 +155,7 @@ def test_a_safety_pass_resolves_what_a_killed_ender_left(
     day = tq.spool / "done" / "20990101"
     day.mkdir(parents=True)
     os.rename(found.path, day / os.path.basename(found.path))
-    assert deps.mark_ended(spool, first, "done")
+    assert ending.mark_ended(spool, first, "done")
     assert tq.state(second) == "waiting"
     start_daemon("--rescan", "1h")  # the start-up pass, not the periodic one
     tq.wait_state(second, ("done",), timeout=30)
@@ -170,3 +170,16 @@ def test_far_future_dependency_does_not_hold_a_slot(tq: Taskq) -> None:
     doc = tq.show(later)
     assert doc["state"] == "pending"
     assert parse_when(doc["run_at"], 0) > wall_us() + DAY // 24
+
+
+def test_a_dependent_of_an_occurrence_a_schedule_cancels_is_cancelled(tq: Taskq) -> None:
+    add = ("schedule", "add", "nightly", "--cron", "@yearly", "--json", "--", "true")
+    occurrence = json.loads(tq.run(*add).stdout)["task"]
+    dependent = tq.submit("--after", occurrence, "--", "true")
+    assert tq.state(dependent) == "waiting"
+    tq.run("schedule", "rm", "nightly")  # its waiting occurrence is cancelled
+    assert tq.state(occurrence) == "cancelled"
+    assert tq.state(dependent) == "cancelled"
+    reason = _records(tq, dependent, "cancelled")[0]["reason"]
+    assert reason == f"dependency {occurrence} cancelled"
+    assert os.listdir(tq.spool / "waiting") == []

@@ -15,6 +15,7 @@ from typing import Any
 
 from taskq.errors import Conflict, TaskqError
 from taskq.spool import byid, fsutil, journal, transitions
+from taskq.spool.ending import End, end_task
 from taskq.spool.faults import crash_point
 from taskq.spool.layout import END_STATES, Located, Spool
 from taskq.spool.task import TaskName, check_id
@@ -62,32 +63,33 @@ def cancel(spool: Spool, task_id: str) -> Located:
             )
             spool.ring()  # its daemon sees the claim renamed and stops the attempt
             return found
-        dest = transitions.cancel(spool, found)
-        crash_point("cancel.renamed")
-        _durable(os.path.dirname(found.path), os.path.dirname(dest))
-        journal.append(
-            log_dir,
+        now = wall_us()
+        end = end_task(
+            spool,
+            found,
             "cancelled",
-            wall_us(),
-            attempt=found.name.attempt,
+            now,
+            "cancelled",
+            point="cancel.renamed",
             was=found.state,
             by_pid=os.getpid(),
         )
-        _release_dependents(spool, found, dest)
+        _release_dependents(spool, found, end, now)
         return found
 
     result: Located = _with_retries(spool, task_id, act)
     return result
 
 
-def _release_dependents(spool: Spool, found: Located, dest: str) -> None:
+def _release_dependents(spool: Spool, found: Located, end: End, now: int) -> None:
     """After a cancel: what waited for the task is resolved; a waiting task waits no more."""
     from taskq.spool import deps
 
     if found.state == "waiting":
         with contextlib.suppress(TaskqError, OSError):
-            deps.forget(spool, spool.read_body(dest).after, found.name)
-    deps.after_end(spool, found.name.id, "cancelled", wall_us())
+            deps.forget(spool, spool.read_body(end.path).after, found.name)
+    if end.waited_for:
+        deps.release_waiters(spool, found.name.id, now)
 
 
 def _recorded_move(

@@ -87,8 +87,8 @@ class Dispatcher(Part):
                 )
             except FileNotFoundError:
                 continue
-            self.settler.note(held_claim, "expired", now, deadline=format_iso(deadline))
-            self.settler.finish(held_claim, "failed", now)
+            expired_at = format_iso(deadline)
+            self.settler.finish(held_claim, "failed", now, event="expired", deadline=expired_at)
 
     def _deadline(self, path: str, name: TaskName) -> int | None:
         try:
@@ -147,8 +147,8 @@ class Dispatcher(Part):
         scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
         deadline = expired(now, scheduled, body.expires)
         if deadline is not None:
-            self.settler.note(held, "expired", now, deadline=format_iso(deadline))
-            self.settler.finish(held, "failed", now, body)
+            expired_at = format_iso(deadline)
+            self.settler.finish(held, "failed", now, body, event="expired", deadline=expired_at)
             return None
         try:
             held = transitions.start(self.spool, held, self.commit.touched)

@@ -18,7 +18,8 @@ from taskq.daemon import policy
 from taskq.daemon.attempts import Running
 from taskq.daemon.commit import GroupCommit
 from taskq.notify.event import Ended
-from taskq.spool import deps, journal, transitions
+from taskq.spool import journal, transitions
+from taskq.spool.ending import end_task
 from taskq.spool.faults import crash_point
 from taskq.spool.layout import Spool
 from taskq.spool.task import ClaimName, TaskBody, TaskName
@@ -70,8 +71,7 @@ class Settler:
         """
         asked = self.cancelling(held)
         if asked is not None:
-            self.note(asked, "cancelled", now, reason=when)
-            self.finish(asked, "cancelled", now)
+            self.finish(asked, "cancelled", now, event="cancelled", reason=when)
         elif ran:
             self.note(held, "lease-lost", now, reason="taken over before its end was settled")
             log.warning(
@@ -129,8 +129,9 @@ class Settler:
             self.retry(held, now + out.delay, now)
             return
         if out.reason is not None:
-            self.note(held, "dead", now, reason=out.reason)
-        self.finish(held, out.state, now, body)
+            self.finish(held, out.state, now, body, event="dead", reason=out.reason)
+        else:
+            self.finish(held, out.state, now, body)
 
     def retry(self, held: ClaimName, run_at: int, now: int) -> None:
         try:
@@ -142,16 +143,32 @@ class Settler:
         self.note(held, "retry", now, next_attempt=name.attempt, run_at=format_iso(name.run_at))
         self.requeued(name)
 
-    def finish(self, held: ClaimName, state: str, now: int, body: TaskBody | None = None) -> None:
-        """Move a claim to an end state; a cancel that raced the end wins."""
+    def finish(
+        self,
+        held: ClaimName,
+        state: str,
+        now: int,
+        body: TaskBody | None = None,
+        event: str | None = None,
+        **fields: Any,
+    ) -> None:
+        """End a claim's task (journalling `event`, if given); a cancel that raced the end wins."""
+        touched = self.commit.touched
         try:
-            dest = transitions.finish(self.spool, held, state, now, self.commit.touched)
-            crash_point("daemon.finished")
+            end = end_task(
+                self.spool,
+                held,
+                state,
+                now,
+                event,
+                touched=touched,
+                point="daemon.finished",
+                **fields,
+            )
         except FileNotFoundError:
             self._lost_race(held, now, "as its attempt ended")
             return
-        waited_for = deps.mark_ended(self.spool, held.task.id, state, self.commit.touched)
-        self.on_end(Ended(held.task, state, dest, body=body), waited_for)
+        self.on_end(Ended(held.task, state, end.path, body=body), end.waited_for)
 
     def release(self, held: ClaimName, now: int, reason: str) -> None:
         """Put a claim that never started back in pending, unchanged."""
@@ -166,8 +183,7 @@ class Settler:
     def settle_unbegun(self, held: ClaimName, now: int, reason: str) -> None:
         """An orphaned attempt that never began: cancelled if asked, else back to pending."""
         if held.phase == "cancelling":
-            self.note(held, "cancelled", now, reason="before it started")
-            self.finish(held, "cancelled", now)
+            self.finish(held, "cancelled", now, event="cancelled", reason="before it started")
         else:
             self.release(held, now, reason)
 

@@ -30,8 +30,9 @@ from taskq.client import operations
 from taskq.client.submit import submit
 from taskq.errors import CorruptFile, NotFound, TaskqError
 from taskq.schedules.store import Schedule, State, Store, catchup_keep
-from taskq.spool import byid, fsutil, journal, transitions
-from taskq.spool.layout import Spool
+from taskq.spool import byid, deps, fsutil
+from taskq.spool.ending import end_task
+from taskq.spool.layout import Located, Spool
 from taskq.spool.task import ClaimName, TaskName
 from taskq.times.timespec import MAX_INSTANT, MS, SECOND, format_iso
 
@@ -262,17 +263,14 @@ def _cancel_if_pending(p: Pass, name: str) -> str | None:
     if found is None:
         return None
     task, path = found
-    from taskq.spool.layout import Located
-
     try:
-        dest = transitions.cancel(p.spool, Located("pending", path, task))
+        pending = Located("pending", path, task)
+        end = end_task(p.spool, pending, "cancelled", p.now, "cancelled", by="schedule")
     except FileNotFoundError:
         return None  # claimed meanwhile: it runs
-    fsutil.fsync_dir(os.path.dirname(path))
-    fsutil.fsync_dir(os.path.dirname(dest))
-    log_dir = p.spool.log_dir(task.id)
-    journal.append(log_dir, "cancelled", p.now, attempt=task.attempt, by="schedule")
-    return dest
+    if end.waited_for:
+        deps.release_waiters(p.spool, task.id, p.now)
+    return end.path
 
 
 def _reschedule_if_pending(p: Pass, name: str, run_at: int) -> str | None:

@@ -4,10 +4,10 @@ A task submitted with --after waits in waiting/ (named like a pending task),
 outside the due index, until the tasks it names have ended. For each
 dependency X, deps/X/ holds one empty file per waiting task, named as that
 task's file in waiting/, and, once X has ended, a marker `ended.STATE`
-(done, failed or cancelled). Whoever ends a task that has a deps/
-directory writes the marker (a daemon's settler, right after its end
-rename and in the same group commit; `taskq cancel`; a submitter that finds
-a dependency already ended) and then resolves the waiters: a waiting task
+(done, failed or cancelled). Every end of a task writes the marker if the
+task has a deps/ directory (ending.end_task, right after the end rename;
+in a daemon, in the same group commit), and so does a submitter that
+finds a dependency already ended; then the waiters are resolved: a waiting task
 whose dependencies all have markers moves to pending/ (to run at its
 run_at, at once if that has passed); under the default --after-ok, one
 naming a dependency that failed or was cancelled moves to cancelled/ at
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import byid, fsutil, journal, transitions
+from taskq.spool.ending import MARK, dep_dir, end_task, mark_ended, marker
 from taskq.spool.layout import END_STATES, Located, Spool
 from taskq.spool.task import TaskBody, TaskName, check_id, valid_id
 
-MARK = "ended."
 _LINK_TRIES = 100  # a resolver removes an emptied deps/X/ at most once per end
 
 
@@ -46,42 +46,7 @@ class Resolved:
     state: str  # "pending" or "cancelled"
     reason: str
     path: str
-
-
-def dep_dir(spool: Spool, task_id: str) -> str:
-    return os.path.join(spool.deps, check_id(task_id))
-
-
-def marker(spool: Spool, task_id: str) -> str | None:
-    """How a dependency ended, as its marker says; None if no end is recorded."""
-    directory = dep_dir(spool, task_id)
-    for state in END_STATES:
-        if os.path.lexists(os.path.join(directory, MARK + state)):
-            return state
-    return None
-
-
-def mark_ended(spool: Spool, task_id: str, state: str, touched: set[str] | None = None) -> bool:
-    """Record that a task ended, if something waits for it; True if something may.
-
-    With touched, the caller's group commit makes the marker durable; else
-    it is synced here. The first marker stands (an end is not undone).
-    """
-    directory = dep_dir(spool, task_id)
-    if not os.path.isdir(directory):
-        return False
-    if marker(spool, task_id) is None:
-        try:
-            fsutil.write_new(os.path.join(directory, MARK + state), b"", sync=False)
-        except FileExistsError:
-            pass
-        except FileNotFoundError:
-            return False  # emptied and removed meanwhile: nothing waits
-    if touched is None:
-        fsutil.fsync_dir(directory)
-    else:
-        touched.add(directory)
-    return True
+    waited_for: bool = False  # it was cancelled, and something waits for it in turn
 
 
 def waiters(spool: Spool, task_id: str) -> list[TaskName]:
@@ -120,21 +85,28 @@ def resolve(spool: Spool, name: TaskName, now: int) -> Resolved | None:
         return None
     state, reason = found
     located = Located("waiting", path, name)
-    touched: set[str] = set()
+    waited_for = False
     try:
         if state == "pending":
-            new = transitions.reschedule(spool, located, name.run_at, touched)
-            dest = os.path.join(spool.bucket_dir(new.bucket), str(new))
+            dest = _release(spool, located, now, reason)
         else:
-            dest = transitions.cancel(spool, located, touched)
+            end = end_task(spool, located, state, now, "cancelled", reason=reason, was="waiting")
+            dest, waited_for = end
     except FileNotFoundError:
         return None  # another resolver won
+    forget(spool, body.after, name)
+    return Resolved(name, state, reason, dest, waited_for)
+
+
+def _release(spool: Spool, found: Located, now: int, reason: str) -> str:
+    """waiting -> pending, at its own run_at: its dependencies allow it to run."""
+    touched: set[str] = set()
+    new = transitions.reschedule(spool, found, found.name.run_at, touched)
     for directory in sorted(touched):
         fsutil.fsync_dir(directory)
-    event = "released" if state == "pending" else "cancelled"
-    journal.append(spool.log_dir(name.id), event, now, attempt=1, reason=reason, was="waiting")
-    forget(spool, body.after, name)
-    return Resolved(name, state, reason, dest)
+    log_dir = spool.log_dir(found.name.id)
+    journal.append(log_dir, "released", now, attempt=1, reason=reason, was="waiting")
+    return os.path.join(spool.bucket_dir(new.bucket), str(new))
 
 
 def cascade(spool: Spool, ended: list[str], now: int) -> list[Resolved]:
@@ -148,16 +120,14 @@ def cascade(spool: Spool, ended: list[str], now: int) -> list[Resolved]:
             if done is None:
                 continue
             out.append(done)
-            if done.state == "cancelled" and mark_ended(spool, name.id, "cancelled"):
+            if done.waited_for:
                 todo.append(name.id)
         tidy(spool, task_id)
     return out
 
 
-def after_end(spool: Spool, task_id: str, state: str, now: int) -> list[Resolved]:
-    """Mark an end made outside a daemon (taskq cancel) and resolve its waiters."""
-    if not mark_ended(spool, task_id, state):
-        return []
+def release_waiters(spool: Spool, task_id: str, now: int) -> list[Resolved]:
+    """Resolve at once the waiters of a task ended outside a daemon (taskq cancel)."""
     resolved = cascade(spool, [task_id], now)
     if any(r.state == "pending" for r in resolved):
         spool.ring()
