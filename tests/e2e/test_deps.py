@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+import pytest
+from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
 from taskq.client.request import Request
 from taskq.client.submit import submit
@@ -183,3 +187,26 @@ def test_a_dependent_of_an_occurrence_a_schedule_cancels_is_cancelled(tq: Taskq)
     reason = _records(tq, dependent, "cancelled")[0]["reason"]
     assert reason == f"dependency {occurrence} cancelled"
     assert os.listdir(tq.spool / "waiting") == []
+
+
+def _listed(tq: Taskq, tmp_path: Path, *args: str) -> set[str]:
+    """The spool's directories that `taskq ARGS` lists (getdents64, read off strace)."""
+    trace = tmp_path / "trace"
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
+    argv = ["strace", "-f", "-qq", "-y", "-e", "trace=getdents64", "-o", str(trace), *TASKQ]
+    subprocess.run([*argv, *args], env=env, check=True, capture_output=True, timeout=120)
+    found = re.findall(r"getdents64\(\d+<([^>]*)>", trace.read_text())
+    return {os.path.relpath(d, tq.spool) for d in found if d.startswith(str(tq.spool))}
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace (Debian package) is missing")
+def test_after_finds_its_dependencies_by_id_without_listing_the_spool(
+    tq: Taskq, tmp_path: Path
+) -> None:
+    lines = b"".join(b'{"command": ["true"], "in": "%dh"}\n' % h for h in range(1, 40))
+    tq.run("submit", "--batch", "-", input=lines)  # 39 buckets a walk would list
+    first = tq.submit("--in", "2d", "--", "true")
+    listed = _listed(tq, tmp_path, "submit", "--after", first, "--", "true")
+    assert not any(d.startswith("pending") for d in listed), listed
+    dependent = next(iter(os.listdir(tq.spool / "waiting"))).split("_")[1]
+    assert not any(d.startswith("pending") for d in _listed(tq, tmp_path, "show", dependent))

@@ -1,7 +1,7 @@
 """What `taskq schedule show` prints: a schedule, its recent occurrences, its next run.
 
 Reads the schedule's files and its journal, and the state of each recent
-occurrence's task (one listing of the spool, names only). No changes.
+occurrence's task (each found by its id). No changes.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from typing import Any
 
 from taskq.schedules.slots import local_text
 from taskq.schedules.store import Store
+from taskq.spool import deps
+from taskq.spool.task import valid_id
 from taskq.times.timespec import format_iso
 
 RECENT = 20  # occurrences shown
@@ -55,13 +57,7 @@ def _occurrences(store: Store, name: str) -> list[dict[str, Any]]:
 
 
 def _task_states(store: Store, ids: set[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    if not ids:
-        return out
-    for found in store.spool.iter_all():
-        if found.name.id in ids:
-            out[found.name.id] = found.state
-    return out
+    return deps.states_of(store.spool, sorted(i for i in ids if valid_id(i)))
 
 
 def describe(doc: dict[str, Any]) -> str:

@@ -201,19 +201,44 @@ def locate(spool: Spool, task_id: str) -> Located:
     only a task the hints cannot reach costs a listing of the spool.
     """
     task_id = check_id(task_id)
-    hint = read_hint(spool, task_id)
-    if hint is not None:
-        found = probe(spool, task_id, [hint])
-        if found is not None:
-            return found
-        for _ in range(ROUNDS):
-            found = probe(spool, task_id, journal_names(spool, hint))
-            if found is not None:
-                point(spool, task_id, found.path)
-                return found
-    found = spool.scan(task_id)
-    point(spool, task_id, found.path)
+    found = locate_all(spool, [task_id]).get(task_id)
+    if found is None:
+        raise NotFound(f"no task {task_id} in {spool.root}")
     return found
+
+
+def locate_all(spool: Spool, ids: list[str]) -> dict[str, Located]:
+    """Find tasks by id, each through its hint; those the hints cannot reach, by one listing.
+
+    A task that is nowhere is left out of the answer.
+    """
+    found: dict[str, Located] = {}
+    for task_id in map(check_id, ids):
+        hit = _from_hint(spool, task_id)
+        if hit is not None:
+            found[task_id] = hit
+    missing = {check_id(i) for i in ids} - found.keys()
+    if missing:
+        for task_id, hit in spool.scan(missing).items():
+            point(spool, task_id, hit.path)
+            found[task_id] = hit
+    return found
+
+
+def _from_hint(spool: Spool, task_id: str) -> Located | None:
+    """The task where its hint, or the journal's names since, say it is; None if not there."""
+    hint = read_hint(spool, task_id)
+    if hint is None:
+        return None
+    found = probe(spool, task_id, [hint])
+    if found is not None:
+        return found
+    for _ in range(ROUNDS):
+        found = probe(spool, task_id, journal_names(spool, hint))
+        if found is not None:
+            point(spool, task_id, found.path)
+            return found
+    return None
 
 
 def load(spool: Spool, task_id: str) -> tuple[Located, TaskBody]:

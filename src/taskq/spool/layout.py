@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from taskq.errors import CorruptFile, NotFound
+from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.faults import crash_point
 from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, check_id, valid_bucket
@@ -210,20 +210,22 @@ class Spool:
         for state in STATES:
             yield from self.iter_state(state)
 
-    def scan(self, task_id: str) -> Located:
-        """Find a task by listing every state; raise NotFound if it is nowhere.
+    def scan(self, ids: set[str]) -> dict[str, Located]:
+        """Find tasks by listing every state; those that are nowhere are left out.
 
         A task may move while we look; searching the states in the order
         tasks move through them, then once more, finds it unless it is
         moving back and forth faster than we list.
         """
-        task_id = check_id(task_id)
+        found: dict[str, Located] = {}
         for _ in range(2):
             for state in STATES:
-                for found in self.iter_state(state):
-                    if found.name.id == task_id:
-                        return found
-        raise NotFound(f"no task {task_id} in {self.root}")
+                for located in self.iter_state(state):
+                    if located.name.id in ids and located.name.id not in found:
+                        found[located.name.id] = located
+                        if len(found) == len(ids):
+                            return found
+        return found
 
     # -- quarantine -----------------------------------------------------
 
