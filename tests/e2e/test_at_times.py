@@ -47,6 +47,7 @@ def _next(now: datetime, hour: int, minute: int = 0) -> datetime:
     )
 
 
+@pytest.mark.slow
 def test_a_naive_local_time_starts_at_its_utc_instant(
     berlin: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -62,6 +63,7 @@ def test_a_naive_local_time_starts_at_its_utc_instant(
     assert started >= instant.timestamp()  # never early: at the UTC instant, not an hour off
 
 
+@pytest.mark.slow
 def test_a_clock_time_of_today_runs_today(
     berlin: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -91,6 +93,7 @@ def test_a_clock_time_of_today_runs_today(
         ("@1800000000", lambda now: datetime.fromtimestamp(1_800_000_000, BERLIN)),
     ],
 )
+@pytest.mark.slow
 def test_at_style_forms_store_the_right_run_at(
     berlin: Taskq, form: str, expected: Callable[[datetime], datetime]
 ) -> None:
@@ -106,6 +109,7 @@ def test_at_style_forms_store_the_right_run_at(
         ("now + 1 min", timedelta(minutes=1)),
     ],
 )
+@pytest.mark.slow
 def test_now_plus_minutes_and_hours_is_elapsed_time(
     berlin: Taskq, form: str, elapsed: timedelta
 ) -> None:
@@ -113,6 +117,7 @@ def test_now_plus_minutes_and_hours_is_elapsed_time(
     assert got["run_at"] - got["submitted_at"] == elapsed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("form", "days"), [("now + 3 days", 3), ("now + 2 weeks", 14)])
 def test_now_plus_days_keeps_the_wall_time(berlin: Taskq, form: str, days: int) -> None:
     got = _submitted(berlin, "--at", form)
@@ -121,6 +126,7 @@ def test_now_plus_days_keeps_the_wall_time(berlin: Taskq, form: str, days: int) 
     assert got["run_at"] == wall.replace(tzinfo=BERLIN)
 
 
+@pytest.mark.slow
 def test_reschedule_retry_and_batch_take_the_same_forms(berlin: Taskq, tmp_path: Path) -> None:
     task_id = berlin.submit("--in", "1h", "--", "true")
     out = berlin.run("reschedule", "--local", task_id, "--at", "teatime tomorrow").stdout.decode()
@@ -133,6 +139,7 @@ def test_reschedule_retry_and_batch_take_the_same_forms(berlin: Taskq, tmp_path:
     assert _berlin(berlin.show(line_id)["run_at"]) == _wall(date(2027, 7, 15), 9, 30)
 
 
+@pytest.mark.slow
 def test_failed_task_retried_at_a_local_time(berlin: Taskq, start_daemon: StartDaemon) -> None:
     start_daemon()
     task_id = berlin.submit("--max-attempts", "1", "--", "false")
@@ -168,6 +175,7 @@ def test_dst_gaps_repeats_and_nonsense_are_one_line_errors(
     assert not list((berlin.spool / "pending").glob("*/*"))
 
 
+@pytest.mark.slow
 def test_listings_are_utc_unless_asked_for_local(berlin: Taskq) -> None:
     task_id = berlin.submit("--at", "2027-07-15 09:30", "--", "true")
     assert "2027-07-15T07:30:00.000Z" in berlin.run("ls").stdout.decode()

@@ -22,6 +22,7 @@ def ndjson(*docs: dict[str, Any]) -> bytes:
     return b"".join(json.dumps(d).encode() + b"\n" for d in docs)
 
 
+@pytest.mark.slow
 def test_batch_prints_ids_in_input_order(tq: Taskq, tmp_path: Path) -> None:
     data = ndjson(
         {"command": ["echo", "one"], "in": "2h"},
@@ -81,6 +82,7 @@ def test_batch_from_a_file_with_keys(tq: Taskq, tmp_path: Path) -> None:
         (b'{"command": ["ls"], "cwd": "relative"}', "not an absolute path"),
     ],
 )
+@pytest.mark.slow
 def test_a_bad_line_rejects_the_whole_batch(tq: Taskq, line: bytes, message: str) -> None:
     data = ndjson({"command": ["true"]}) + b"\n" + line + b"\n"
     proc = tq.run("submit", "--batch", "-", input=data, check=False)
@@ -91,6 +93,7 @@ def test_a_bad_line_rejects_the_whole_batch(tq: Taskq, line: bytes, message: str
     assert proc.stdout == b"" and pending(tq.spool) == []
 
 
+@pytest.mark.slow
 def test_batch_and_command_do_not_mix(tq: Taskq) -> None:
     proc = tq.run("submit", "--batch", "-", "--", "true", input=b"", check=False)
     assert proc.returncode == 2 and b"not both" in proc.stderr
@@ -101,6 +104,7 @@ def test_batch_and_command_do_not_mix(tq: Taskq) -> None:
 @pytest.mark.skipif(
     shutil.which("strace") is None, reason="strace (Debian package strace) is missing"
 )
+@pytest.mark.slow
 def test_batch_syncs_a_bounded_number_of_times(tq: Taskq, tmp_path: Path) -> None:
     tq.submit("--", "true")  # the spool exists: its creation's syncs do not count
     data = ndjson(*({"command": ["true"], "in": f"{i}s", "key": f"k{i % 50}"} for i in range(500)))
@@ -135,6 +139,7 @@ def write_config(tq: Taskq, text: str) -> None:
     (tq.spool / "config.toml").write_text(text)
 
 
+@pytest.mark.slow
 def test_backlog_limit_refuses_with_75(tq: Taskq) -> None:
     write_config(tq, "[limits]\nmax_overdue = 3\n")
     for _ in range(3):

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
 
 StartDaemon = Callable[..., Daemon]
@@ -23,6 +24,7 @@ def hint_of(tq: Taskq, task_id: str) -> str:
     return f"{run_at}_{task_id}_{rest}"
 
 
+@pytest.mark.slow
 def test_submit_and_reschedule_point_the_hint_at_the_task(tq: Taskq) -> None:
     task_id = tq.submit("--in", "1h", "--", "true")
     link = tq.spool / "ids" / task_id[-2:] / task_id
@@ -34,6 +36,7 @@ def test_submit_and_reschedule_point_the_hint_at_the_task(tq: Taskq) -> None:
     assert tq.state(task_id) == "cancelled"  # the hint names pending/; the probe finds it
 
 
+@pytest.mark.slow
 def test_a_daemon_retry_is_found_through_the_journal(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -50,6 +53,7 @@ def test_a_daemon_retry_is_found_through_the_journal(
     assert [a for _, a, _ in read_stamps(stamps)] == [1]
 
 
+@pytest.mark.slow
 def test_lost_hints_are_searched_for_and_rebuilt_by_fsck(tq: Taskq) -> None:
     ids = [tq.submit("--in", f"{n}h", "--", "true") for n in (1, 2, 3)]
     shutil.rmtree(tq.spool / "ids")
@@ -90,6 +94,7 @@ def test_a_long_batch_writes_every_hint_and_a_keyed_line_only_its_own(tq: Taskq)
     assert hints == {first, *ids}  # no hint of an id that a key hit never published
 
 
+@pytest.mark.slow
 def test_a_hint_in_the_first_form_still_finds_its_task(tq: Taskq) -> None:
     """Hints were once paths to the task file; a lookup still reads them, and fsck keeps them."""
     from taskq.spool import byid
@@ -105,6 +110,7 @@ def test_a_hint_in_the_first_form_still_finds_its_task(tq: Taskq) -> None:
     assert os.readlink(link) == f"../../pending/{path.parent.name}/{path.name}"
 
 
+@pytest.mark.slow
 def test_a_crash_between_move_and_hint_costs_nothing(tq: Taskq) -> None:
     task_id = tq.submit("--in", "1h", "--", "true")
     old = hint_of(tq, task_id)
@@ -118,6 +124,7 @@ def test_a_crash_between_move_and_hint_costs_nothing(tq: Taskq) -> None:
     assert tq.run("fsck").returncode == 0
 
 
+@pytest.mark.slow
 def test_lookups_never_miss_tasks_in_motion(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path, tmp_path: Path
 ) -> None:
@@ -156,6 +163,7 @@ def test_lookups_never_miss_tasks_in_motion(
     assert all(states <= {"pending", "claimed", "running", "done"} for states in seen.values())
 
 
+@pytest.mark.slow
 def test_wait_wakes_on_ends_and_reports_each_once(tq: Taskq) -> None:
     ids = [tq.submit("--in", "1h", "--", "true") for _ in range(20)]
     env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}

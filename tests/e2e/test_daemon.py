@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
 from taskq.times.timespec import parse_when
@@ -26,6 +27,7 @@ def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [r for r in doc["attempts"] if r["event"] == name]
 
 
+@pytest.mark.slow
 def test_never_early_and_within_100ms(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> None:
     start_daemon("--rescan", "1h")  # only the doorbell can wake it for new work
     ids = [tq.submit("--at", epoch(1.0 + 0.15 * i), "--", *stamp_cmd(stamps)) for i in range(6)]
@@ -43,6 +45,7 @@ def test_never_early_and_within_100ms(tq: Taskq, start_daemon: StartDaemon, stam
     assert all(0 <= r < 1.0 for r in recorded)
 
 
+@pytest.mark.slow
 def test_past_due_starts_at_once(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> None:
     start_daemon("--rescan", "1h")
     submitted = time.time()
@@ -53,6 +56,7 @@ def test_past_due_starts_at_once(tq: Taskq, start_daemon: StartDaemon, stamps: P
     assert events(tq.show(task_id), "start")[0]["lateness"] > 10 * 365 * 86400
 
 
+@pytest.mark.slow
 def test_due_before_the_daemon_started(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> None:
     ids = [tq.submit("--", *stamp_cmd(stamps)) for _ in range(3)]
     start_daemon()
@@ -61,6 +65,7 @@ def test_due_before_the_daemon_started(tq: Taskq, start_daemon: StartDaemon, sta
     assert sorted(r[0] for r in read_stamps(stamps)) == sorted(ids)
 
 
+@pytest.mark.slow
 def test_retries_with_backoff_then_dead_letter(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -76,6 +81,7 @@ def test_retries_with_backoff_then_dead_letter(
     assert doc["attempt"] == 3
 
 
+@pytest.mark.slow
 def test_retry_then_success(tq: Taskq, start_daemon: StartDaemon, tmp_path: Path) -> None:
     start_daemon("--retry-delay", "0.1s")
     flag = tmp_path / "flag"
@@ -85,6 +91,7 @@ def test_retry_then_success(tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
     assert [r["exit_status"] for r in events(doc, "end")] == [1, 0]
 
 
+@pytest.mark.slow
 def test_key_runs_once(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> None:
     start_daemon()
     ids = {tq.submit("--key", "once", "--", *stamp_cmd(stamps)) for _ in range(3)}
@@ -93,6 +100,7 @@ def test_key_runs_once(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> No
     assert len(read_stamps(stamps)) == 1
 
 
+@pytest.mark.slow
 def test_cancelled_task_never_runs(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> None:
     doomed = tq.submit("--at", epoch(0.5), "--", *stamp_cmd(stamps))
     sentinel = tq.submit("--at", epoch(0.7), "--", *stamp_cmd(stamps))
@@ -109,6 +117,7 @@ def test_cancelled_task_never_runs(tq: Taskq, start_daemon: StartDaemon, stamps:
     assert missing.returncode == 3 and b"no task" in missing.stderr
 
 
+@pytest.mark.slow
 def test_stdin_payload_byte_for_byte(tq: Taskq, start_daemon: StartDaemon, tmp_path: Path) -> None:
     start_daemon()
     payload = bytes(range(256)) * 64 + os.urandom(10_000) + b"\0\n\r\xff"
@@ -119,6 +128,7 @@ def test_stdin_payload_byte_for_byte(tq: Taskq, start_daemon: StartDaemon, tmp_p
     assert tq.show(task_id)["stdin_bytes"] == len(payload)
 
 
+@pytest.mark.slow
 def test_environment_cwd_and_output(tq: Taskq, start_daemon: StartDaemon, tmp_path: Path) -> None:
     start_daemon()
     script = (
@@ -131,6 +141,7 @@ def test_environment_cwd_and_output(tq: Taskq, start_daemon: StartDaemon, tmp_pa
     assert out == f"{task_id} 1 {run_at} {run_at} bar baz {tmp_path}\noops\n"
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_process_group(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -161,6 +172,7 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_timeout_escalates_to_kill(tq: Taskq, start_daemon: StartDaemon) -> None:
     start_daemon("--kill-grace", "0.3s")
     script = "trap '' TERM; sleep 60"
@@ -169,6 +181,7 @@ def test_timeout_escalates_to_kill(tq: Taskq, start_daemon: StartDaemon) -> None
     assert events(doc, "end")[0]["signal"] == signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_expired_task_fails_without_running(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -182,6 +195,7 @@ def test_expired_task_fails_without_running(
     assert [r[0] for r in read_stamps(stamps)] == [fine]
 
 
+@pytest.mark.slow
 def test_garbage_is_quarantined_while_valid_tasks_run(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:

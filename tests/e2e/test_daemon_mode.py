@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import TASKQ, Daemon, Taskq, wait_for
 
 StartDaemon = Callable[..., Daemon]
@@ -22,6 +23,7 @@ def alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.slow
 def test_detach_pidfile_and_sighup(tq: Taskq, tmp_path: Path) -> None:
     pidfile, log = tmp_path / "taskq.pid", tmp_path / "taskq.log"
     args = ["daemon", "--detach", "--pidfile", str(pidfile), "--log-file", str(log)]
@@ -51,6 +53,7 @@ def test_detach_pidfile_and_sighup(tq: Taskq, tmp_path: Path) -> None:
     assert not pidfile.exists()
 
 
+@pytest.mark.slow
 def test_foreground_pidfile_refuses_a_second_daemon(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:

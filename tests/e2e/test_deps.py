@@ -28,6 +28,7 @@ def _records(tq: Taskq, task_id: str, event: str) -> list[dict[str, Any]]:
     return [r for r in tq.show(task_id)["attempts"] if r["event"] == event]
 
 
+@pytest.mark.slow
 def test_after_ok_chain_whose_middle_task_fails(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -75,6 +76,7 @@ def test_unknown_dependency_is_refused_and_nothing_is_written(tq: Taskq) -> None
     assert batch.returncode == 2 and b"--after does not go with --batch" in batch.stderr
 
 
+@pytest.mark.slow
 def test_dependencies_that_already_ended(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -90,6 +92,7 @@ def test_dependencies_that_already_ended(
     assert [row[0] for row in read_stamps(stamps)] == [runs]
 
 
+@pytest.mark.slow
 def test_cancelling_a_dependency_cancels_its_dependents(tq: Taskq) -> None:
     first = tq.submit("--in", "1h", "--", "true")
     second = tq.submit("--after", first, "--", "true")
@@ -106,6 +109,7 @@ def test_cancelling_a_dependency_cancels_its_dependents(tq: Taskq) -> None:
     assert os.listdir(tq.spool / "deps" / fourth) == []
 
 
+@pytest.mark.slow
 def test_ls_and_show_say_what_a_task_waits_for(tq: Taskq) -> None:
     first = tq.submit("--in", "1h", "--", "true")
     second = tq.submit("--after", first, "--after-any", "--", "echo", "hi")
@@ -120,6 +124,7 @@ def test_ls_and_show_say_what_a_task_waits_for(tq: Taskq) -> None:
     assert doc["after"] == [{"id": first, "state": "pending"}] and doc["after_mode"] == "any"
 
 
+@pytest.mark.slow
 def test_waiting_tasks_cost_the_daemon_nothing(tq: Taskq, start_daemon: StartDaemon) -> None:
     spool = Spool(str(tq.spool))
     now = wall_us()
@@ -147,6 +152,7 @@ def _done(tq: Taskq) -> set[str]:
     return {n.split("_")[1] for day in (tq.spool / "done").iterdir() for n in os.listdir(day)}
 
 
+@pytest.mark.slow
 def test_a_safety_pass_resolves_what_a_killed_ender_left(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -166,6 +172,7 @@ def test_a_safety_pass_resolves_what_a_killed_ender_left(
     assert [row[0] for row in read_stamps(stamps)] == [second]
 
 
+@pytest.mark.slow
 def test_far_future_dependency_does_not_hold_a_slot(tq: Taskq) -> None:
     # A dependent whose own run_at is later still waits for it after release.
     first = tq.submit("--in", "1h", "--", "true")

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import Daemon, Taskq, wait_for
 
 from taskq.client.submit import submit
@@ -50,6 +51,7 @@ def lines(log: Path) -> list[tuple[str, float, float]]:
     return out
 
 
+@pytest.mark.slow
 def test_a_burst_in_one_queue_does_not_starve_another(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -66,6 +68,7 @@ def test_a_burst_in_one_queue_does_not_starve_another(
     assert last_urgent < 30, order[:40]  # strict run_at order would put it at 109
 
 
+@pytest.mark.slow
 def test_queue_limit_caps_concurrency(tq: Taskq, start_daemon: StartDaemon, tmp_path: Path) -> None:
     log = tmp_path / "log"
     now = time.time_ns() // 1000
@@ -86,6 +89,7 @@ def test_bad_queue_limit_is_refused(tq: Taskq) -> None:
     assert proc.returncode == 2 and b"bad --queue-limit" in proc.stderr
 
 
+@pytest.mark.slow
 def test_daemons_share_a_burst_instead_of_hoarding(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:

@@ -67,6 +67,7 @@ def test_every_example_is_tested() -> None:
     assert {p.name for p in EXAMPLES.glob("*.sh")} == tested
 
 
+@pytest.mark.slow
 def test_maintenance_window(
     tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
 ) -> None:
@@ -87,6 +88,7 @@ def test_maintenance_window(
     assert tq.run("logs", first).stdout.decode() == f"maintenance for {tomorrow}\n"
 
 
+@pytest.mark.slow
 def test_once_skips_a_repeat_after_success(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -104,6 +106,7 @@ def test_once_skips_a_repeat_after_success(
     assert "already succeeded (attempt 1); skipping" in tq.run("logs", task_id).stdout.decode()
 
 
+@pytest.mark.slow
 def test_remind(
     tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
 ) -> None:
@@ -117,6 +120,7 @@ def test_remind(
     assert reminders.read_text().endswith("): now then\n")
 
 
+@pytest.mark.slow
 def test_fanout_and_wait(
     tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
 ) -> None:
@@ -132,6 +136,7 @@ def test_fanout_and_wait(
         assert gzip.decompress(Path(f"{f}.gz").read_bytes()) == f.read_bytes()
 
 
+@pytest.mark.slow
 def test_backup_at_night(
     tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
 ) -> None:
@@ -150,6 +155,7 @@ def test_backup_at_night(
         assert tar.extractfile("./file").read() == b"precious\n"  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_delete_later(
     tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
 ) -> None:
@@ -185,6 +191,7 @@ def webhook() -> Iterator[str]:
     server.server_close()
 
 
+@pytest.mark.slow
 def test_retry_webhook(
     tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, webhook: str
 ) -> None:
@@ -198,6 +205,7 @@ def test_retry_webhook(
     assert "delivered: HTTP 204" in tq.run("logs", task_id).stdout.decode()
 
 
+@pytest.mark.slow
 def test_from_crontab(
     tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
 ) -> None:
@@ -218,6 +226,7 @@ def test_from_crontab(
     assert out.read_text() == f"ran for {doc['occurrences'][0]['slot']}\n"
 
 
+@pytest.mark.slow
 def test_from_systemd_timer(tq: Taskq, run_example: RunExample) -> None:
     run_example("from-systemd-timer.sh", "true")
     doc = json.loads(tq.run("schedule", "show", "--json", "report").stdout)
@@ -233,6 +242,7 @@ def test_from_systemd_timer(tq: Taskq, run_example: RunExample) -> None:
     assert slot.endswith(("T11:30:00.000000Z", "T12:30:00.000000Z"))  # 07:30 EDT or EST
 
 
+@pytest.mark.slow
 def test_fenced_append_refuses_a_superseded_attempt(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -252,6 +262,7 @@ def test_fenced_append_refuses_a_superseded_attempt(
     assert ledger.read_text() == "attempt 1\nattempt 2\n"
 
 
+@pytest.mark.slow
 def test_pipeline(
     tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
 ) -> None:
@@ -279,6 +290,7 @@ class Chat(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_notify_chat(tq: Taskq, start_daemon: StartDaemon) -> None:
     if subprocess.run(["sh", "-c", "command -v curl"], capture_output=True).returncode:
         pytest.skip("curl is missing")

@@ -51,6 +51,7 @@ def _recorded(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+@pytest.mark.slow
 def test_fence_check_holds_during_each_attempt_and_grows_with_retries(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -81,6 +82,7 @@ def test_fence_check_holds_during_each_attempt_and_grows_with_retries(
     ]
 
 
+@pytest.mark.slow
 def test_a_stale_attempt_fails_its_fence_check_after_a_takeover(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:

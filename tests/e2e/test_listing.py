@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from conftest import Taskq
 
 from taskq.spool import listing
@@ -24,6 +25,7 @@ def ndjson(out: bytes) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.decode().splitlines()]
 
 
+@pytest.mark.slow
 def test_ls_filters(tq: Taskq) -> None:
     base = (time.time_ns() // 1000 // HOUR + 2) * HOUR  # on the hour, in the future
     ids = {}
@@ -65,6 +67,7 @@ def test_ls_filters(tq: Taskq) -> None:
     assert tq.run("ls", "--limit", "0", check=False).returncode == 2
 
 
+@pytest.mark.slow
 def test_ls_reads_argv_and_after_from_any_body(tq: Taskq) -> None:
     """ls decodes only argv and after from the bodies taskq writes, and whole any other body.
 
@@ -93,6 +96,7 @@ def test_ls_reads_argv_and_after_from_any_body(tq: Taskq) -> None:
     assert len(text) == 604 and text[0].startswith("ID")
 
 
+@pytest.mark.slow
 def test_a_long_listing_is_the_same_in_order_from_its_workers(tq: Taskq) -> None:
     """Past lspool.HEAD buckets, worker processes render; lines, order and limits are kept.
 
@@ -153,6 +157,7 @@ def reads() -> Iterator[list[str]]:
         active[0] = False  # audit hooks cannot be removed
 
 
+@pytest.mark.slow
 def test_ls_reads_only_the_buckets_its_window_needs(tq: Taskq) -> None:
     now = time.time_ns() // 1000
     for hours in (1, 2, 30, 40):
@@ -170,6 +175,7 @@ def test_ls_reads_only_the_buckets_its_window_needs(tq: Taskq) -> None:
     assert not [p for p in seen if bucket_of(now + 2 * HOUR) in p]  # stopped after one
 
 
+@pytest.mark.slow
 def test_stats_counts_stay_true_through_the_cache(tq: Taskq) -> None:
     at = f"@{(time.time_ns() // 1000 + 2 * HOUR) / SECOND}"
     first = tq.submit("--at", at, "--queue", "a", "--", "true")

@@ -57,6 +57,7 @@ def fresh(path: Path, since: float) -> Samples | None:
     return samples if counted > since and ("taskq_workers_busy", ()) in samples else None
 
 
+@pytest.mark.slow
 def test_metrics_match_stats_and_pass_promtool(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -158,6 +159,7 @@ def test_example_alert_rules_are_valid() -> None:
         (["--metrics-listen", "127.0.0.1:99999"], "bad --metrics-listen"),
     ],
 )
+@pytest.mark.slow
 def test_bad_metrics_options_are_refused(tq: Taskq, args: list[str], message: str) -> None:
     out = tq.run("daemon", *args, check=False)
     assert out.returncode == EX_USAGE
@@ -166,6 +168,7 @@ def test_bad_metrics_options_are_refused(tq: Taskq, args: list[str], message: st
     assert not tq.spool.exists(), "nothing changed"
 
 
+@pytest.mark.slow
 def test_a_taken_port_stops_the_daemon_with_a_message(tq: Taskq) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -177,6 +180,7 @@ def test_a_taken_port_stops_the_daemon_with_a_message(tq: Taskq) -> None:
     assert list((tq.spool / "run").iterdir()) == [], "the daemon left nothing in run/"
 
 
+@pytest.mark.slow
 def test_the_counting_child_answers_as_stats_and_comes_back(tq: Taskq) -> None:
     """The count runs in a child at a lower priority, and a dead child is replaced."""
     from taskq.observe import stats
@@ -224,6 +228,7 @@ def _grafana_free(expr: str) -> str:
     return expr
 
 
+@pytest.mark.slow
 def test_dashboard_queries_use_exported_names_and_pass_promtool(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:

@@ -75,6 +75,7 @@ def _told(tq: Taskq, task_id: str) -> list[dict[str, Any]]:
     return [r for r in tq.show(task_id)["attempts"] if r["event"] == "told"]
 
 
+@pytest.mark.slow
 def test_mail_and_hook_once_per_outcome_with_retries(
     tq: Taskq, start_daemon: StartDaemon, stubs: Path, tmp_path: Path
 ) -> None:
@@ -114,6 +115,7 @@ def test_mail_and_hook_once_per_outcome_with_retries(
     assert "mail" not in _told(tq, quiet)[0] and _told(tq, fails)[0]["hook"] == "exit 0"
 
 
+@pytest.mark.slow
 def test_a_hanging_hook_never_delays_dispatch(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -131,6 +133,7 @@ def test_a_hanging_hook_never_delays_dispatch(
     assert _events(events)[1]["id"] == later
 
 
+@pytest.mark.slow
 def test_a_hook_that_hangs_past_its_timeout_or_fails_is_logged(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -160,6 +163,7 @@ def test_a_hook_that_hangs_past_its_timeout_or_fails_is_logged(
     assert {e["id"] for e in _events(events)} == {first, second}
 
 
+@pytest.mark.slow
 def test_a_dependency_cancel_is_told_and_mailed_as_a_failure(
     tq: Taskq, start_daemon: StartDaemon, stubs: Path, tmp_path: Path
 ) -> None:
@@ -176,6 +180,7 @@ def test_a_dependency_cancel_is_told_and_mailed_as_a_failure(
     assert f"{second} cancelled (dependency {first} failed)" in str(msg["Subject"])
 
 
+@pytest.mark.slow
 def test_a_bad_notify_table_stops_the_daemon_with_status_78(tq: Taskq) -> None:
     _config(tq, '[notify]\ncommand = "not a list"\n')
     proc = tq.run("daemon", check=False)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
 
 StartDaemon = Callable[..., Daemon]
@@ -19,6 +20,7 @@ def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [r for r in doc["attempts"] if r["event"] == name]
 
 
+@pytest.mark.slow
 def test_reschedule_moves_a_pending_task(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -35,6 +37,7 @@ def test_reschedule_moves_a_pending_task(
     assert tq.run("reschedule", task_id, check=False).returncode == 2
 
 
+@pytest.mark.slow
 def test_reschedule_races_a_claim_cleanly(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -55,6 +58,7 @@ def test_reschedule_races_a_claim_cleanly(
     assert not (ran & won)
 
 
+@pytest.mark.slow
 def test_retry_gives_a_fresh_budget(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> None:
     start_daemon("--retry-delay", "0.1s")
     task_id = tq.submit("--max-attempts", "2", "--", *stamp_cmd(stamps, "; exit 7"))
@@ -70,6 +74,7 @@ def test_retry_gives_a_fresh_budget(tq: Taskq, start_daemon: StartDaemon, stamps
     assert refused.returncode == 4 and b"only a failed task can be retried" in refused.stderr
 
 
+@pytest.mark.slow
 def test_cancel_a_running_task_terms_then_kills(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -93,6 +98,7 @@ def test_cancel_a_running_task_terms_then_kills(
     assert "cancelled while running" in events(doc, "end")[0]["notes"][0]
 
 
+@pytest.mark.slow
 def test_wait_statuses(tq: Taskq, start_daemon: StartDaemon) -> None:
     start_daemon()
     ok = tq.submit("--", "true")
@@ -110,6 +116,7 @@ def test_wait_statuses(tq: Taskq, start_daemon: StartDaemon) -> None:
     assert tq.run("wait", "0" * 26, check=False).returncode == 3
 
 
+@pytest.mark.slow
 def test_logs_follow_streams_until_the_attempt_ends(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -129,6 +136,7 @@ def test_logs_follow_streams_until_the_attempt_ends(
         assert follower.wait(timeout=30) == 0
 
 
+@pytest.mark.slow
 def test_fsck_reports_quarantines_and_repairs(tq: Taskq, tmp_path: Path) -> None:
     good = tq.submit("--in", "1h", "--key", "k", "--", "true")
     assert tq.run("fsck").stdout.decode() == "fsck: 0 problem(s), 0 fixed\n"
@@ -157,6 +165,7 @@ def test_fsck_reports_quarantines_and_repairs(tq: Taskq, tmp_path: Path) -> None
     assert tq.run("fsck", check=False).returncode == 1  # the orphaned logs remain
 
 
+@pytest.mark.slow
 def test_cancel_survives_the_death_of_the_attempts_daemon(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Callable
 
+import pytest
 from conftest import Daemon, Taskq, wait_for
 
 from taskq.spool import journal
@@ -37,6 +38,7 @@ def _batch(tq: Taskq, queue: str, n: int) -> list[str]:
     return tq.run("submit", "--batch", "-", input=lines.encode()).stdout.decode().split()
 
 
+@pytest.mark.slow
 def test_a_paused_queue_with_1000_tasks_waits_then_drains_fairly(
     tq: Taskq, start_daemon: StartDaemon
 ) -> None:
@@ -64,6 +66,7 @@ def test_a_paused_queue_with_1000_tasks_waits_then_drains_fairly(
     assert json.loads(tq.run("stats", "--json").stdout)["paused"] == []
 
 
+@pytest.mark.slow
 def test_a_pause_until_lapses_by_itself(tq: Taskq, start_daemon: StartDaemon) -> None:
     start_daemon()
     until = wall_us() + 3 * SECOND
@@ -76,6 +79,7 @@ def test_a_pause_until_lapses_by_itself(tq: Taskq, start_daemon: StartDaemon) ->
     assert json.loads(tq.run("stats", "--json").stdout)["paused"] == []
 
 
+@pytest.mark.slow
 def test_expires_still_applies_while_paused(tq: Taskq, start_daemon: StartDaemon) -> None:
     start_daemon("--rescan", "500ms")
     tq.run("pause", "q")
@@ -97,6 +101,7 @@ def test_bad_pause_requests_change_nothing(tq: Taskq) -> None:
     assert os.listdir(tq.spool / "paused") == ["q"]  # nothing resumed
 
 
+@pytest.mark.slow
 def test_a_file_that_is_not_a_pause_is_quarantined(tq: Taskq, start_daemon: StartDaemon) -> None:
     tq.run("pause", "q")
     (tq.spool / "paused" / "q").write_text("not json")

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd
 
 StartDaemon = Callable[..., Daemon]
@@ -20,6 +21,7 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.slow
 def test_future_backlog_is_not_read(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> None:
     start = time.time() + 86400
     lines = (
@@ -42,6 +44,7 @@ def test_future_backlog_is_not_read(tq: Taskq, start_daemon: StartDaemon, stamps
     assert len(list((tq.spool / "pending").glob("*/*"))) == FUTURE + 1
 
 
+@pytest.mark.slow
 def test_submit_survives_a_racing_bucket_removal(tmp_path: Path) -> None:
     """A daemon removes empty past buckets; a submitter into one must not lose its task."""
     import os

@@ -57,6 +57,7 @@ def show(tq: Taskq, name: str) -> dict[str, Any]:
 # -- the command ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_add_makes_the_first_occurrence_as_an_ordinary_task(tq: Taskq, tmp_path: Path) -> None:
     out = tq.run("schedule", "add", "nightly", "--cron", "30 2 * * *", "--tz", "Europe/Berlin",
                  "--queue", "ops", "--env", "A=1", "--json", "--", "echo", "hi")  # fmt: skip
@@ -75,6 +76,7 @@ def test_add_makes_the_first_occurrence_as_an_ordinary_task(tq: Taskq, tmp_path:
     assert written["cron"] == "30 2 * * *" and written["catchup"] == "latest"
 
 
+@pytest.mark.slow
 def test_bad_input_and_an_existing_name_change_nothing(tq: Taskq) -> None:
     tq.run("schedule", "add", "a", "--every", "1h", "--", "true")
     before = (tq.spool / "schedules" / "a" / "schedule.json").read_bytes()
@@ -97,6 +99,7 @@ def test_bad_input_and_an_existing_name_change_nothing(tq: Taskq) -> None:
     assert json.loads(tq.run("schedule", "ls", "--json").stdout)[0]["when"] == "every 2h00m"
 
 
+@pytest.mark.slow
 def test_rm_cancels_the_waiting_occurrence_and_frees_its_key(tq: Taskq) -> None:
     add = ("schedule", "add", "a", "--cron", "@yearly", "--json", "--", "true")
     doc = json.loads(tq.run(*add).stdout)
@@ -115,6 +118,7 @@ def test_rm_cancels_the_waiting_occurrence_and_frees_its_key(tq: Taskq) -> None:
 # -- running -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_next_equals_what_then_fires(
     tq: Taskq, tmp_path: Path, start_daemon: Callable[..., Daemon]
 ) -> None:
@@ -130,6 +134,7 @@ def test_next_equals_what_then_fires(
     assert all(start >= slot for slot, start, _ in fired)  # never early
 
 
+@pytest.mark.slow
 def test_overlap_skip_records_each_skipped_slot(
     tq: Taskq, tmp_path: Path, start_daemon: Callable[..., Daemon]
 ) -> None:
@@ -154,6 +159,7 @@ def test_overlap_skip_records_each_skipped_slot(
     assert len(shown) >= 3 and all(o["outcome"] == "skipped" for o in shown)
 
 
+@pytest.mark.slow
 def test_overlap_queue_starts_one_when_the_previous_ends(
     tq: Taskq, tmp_path: Path, start_daemon: Callable[..., Daemon]
 ) -> None:
@@ -179,6 +185,7 @@ def test_overlap_queue_starts_one_when_the_previous_ends(
     assert second[0] == first[0] + 1
 
 
+@pytest.mark.slow
 def test_overlap_allow_runs_both(
     tq: Taskq, tmp_path: Path, start_daemon: Callable[..., Daemon]
 ) -> None:
@@ -195,6 +202,7 @@ def test_overlap_allow_runs_both(
 # -- catch-up after downtime ---------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["skip", "latest", "all", "all:2"])
 def test_catch_up_after_every_daemon_was_down(
     tq: Taskq, tmp_path: Path, start_daemon: Callable[..., Daemon], policy: str
@@ -225,6 +233,7 @@ def test_catch_up_after_every_daemon_was_down(
         assert starts == sorted(starts)
 
 
+@pytest.mark.slow
 def test_a_paused_schedule_runs_nothing_and_catches_nothing_up(
     tq: Taskq, tmp_path: Path, start_daemon: Callable[..., Daemon]
 ) -> None:
@@ -248,6 +257,7 @@ def test_a_paused_schedule_runs_nothing_and_catches_nothing_up(
 # -- many daemons ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_three_daemons_with_kill_9_run_each_slot_once_never_early(
     tq: Taskq, tmp_path: Path, start_daemon: Callable[..., Daemon]
 ) -> None:
@@ -313,6 +323,7 @@ def _slots(first: float, end: float) -> set[int]:
     return set(range(int(first) + 1, int(end)))
 
 
+@pytest.mark.slow
 def test_a_bad_schedule_file_is_quarantined_and_the_daemon_carries_on(
     tq: Taskq, tmp_path: Path, start_daemon: Callable[..., Daemon]
 ) -> None:

@@ -7,11 +7,13 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import Daemon, Taskq, wait_for
 
 StartDaemon = Callable[..., Daemon]
 
 
+@pytest.mark.slow
 def test_stats_counts_backlog_lateness_and_daemons(tq: Taskq, start_daemon: StartDaemon) -> None:
     ran = [tq.submit("--queue", "mail", "--", "true") for _ in range(3)]
     daemon = start_daemon()
@@ -40,6 +42,7 @@ def age_done_days(spool: Path) -> None:
         day.rename(day.with_name("20010101"))
 
 
+@pytest.mark.slow
 def test_gc_removes_old_days_logs_and_keys(tq: Taskq, start_daemon: StartDaemon) -> None:
     keyed = tq.submit("--key", "once", "--", "true")
     plain = tq.submit("--", "true")
@@ -60,6 +63,7 @@ def test_gc_removes_old_days_logs_and_keys(tq: Taskq, start_daemon: StartDaemon)
     assert tq.submit("--key", "once", "--", "true") != keyed  # the key is free again
 
 
+@pytest.mark.slow
 def test_gc_keeps_recent_days(tq: Taskq, start_daemon: StartDaemon) -> None:
     task_id = tq.submit("--", "true")
     daemon = start_daemon()
@@ -69,6 +73,7 @@ def test_gc_keeps_recent_days(tq: Taskq, start_daemon: StartDaemon) -> None:
     assert tq.state(task_id) == "done"
 
 
+@pytest.mark.slow
 def test_daemon_keep_done_prunes(tq: Taskq, start_daemon: StartDaemon) -> None:
     task_id = tq.submit("--", "true")
     first = start_daemon()

@@ -47,6 +47,7 @@ def test_submit_prints_id_and_writes_the_bucket(tq: Taskq) -> None:
     assert oct(tq.spool.stat().st_mode & 0o777) == "0o700"
 
 
+@pytest.mark.slow
 def test_submit_json_and_options(tq: Taskq, tmp_path: Path) -> None:
     out = tq.run(
         "submit",
@@ -81,6 +82,7 @@ def test_submit_json_and_options(tq: Taskq, tmp_path: Path) -> None:
     assert shown["run_at"] == doc["run_at"]
 
 
+@pytest.mark.slow
 def test_key_deduplicates(tq: Taskq) -> None:
     first = tq.submit("--key", "nightly-2026-12-01", "--in", "1h", "--", "true")
     second = tq.submit("--key", "nightly-2026-12-01", "--in", "2h", "--", "false")
@@ -140,6 +142,7 @@ def as_nobody() -> list[str]:
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
+@pytest.mark.slow
 def test_unwritable_spool_is_refused(tq: Taskq, request: pytest.FixtureRequest) -> None:
     # As root, the submitter is nobody, who must be able to reach taskq.
     command = request.getfixturevalue("others_taskq") if os.geteuid() == 0 else TASKQ
@@ -174,6 +177,7 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
+@pytest.mark.slow
 def test_disk_full_is_a_temporary_failure(tq: Taskq, small_fs: Path) -> None:
     spooled = Taskq(small_fs / "spool")
     spooled.submit("--", "true")
@@ -197,6 +201,7 @@ def test_read_only_spool_is_a_temporary_failure(small_fs: Path) -> None:
     assert b"Read-only file system" in proc.stderr and proc.stderr.count(b"\n") == 1
 
 
+@pytest.mark.slow
 def test_run_at_in_the_past_keeps_its_time(tq: Taskq) -> None:
     task_id = tq.submit("--at", "2001-02-03T04:05:06Z", "--", "true")
     assert parse_when(tq.show(task_id)["run_at"], 0) == parse_when("2001-02-03T04:05:06Z", 0)
@@ -238,6 +243,7 @@ def fill(fs: Path, inodes: bool = True) -> Path:
     return filler
 
 
+@pytest.mark.slow
 def test_daemon_waits_out_a_full_disk_and_loses_nothing(tq: Taskq, small_fs: Path) -> None:
     """No room for an attempt's logs: the task goes back to pending, not to a failed attempt."""
     from conftest import Daemon, wait_for
@@ -259,6 +265,7 @@ def test_daemon_waits_out_a_full_disk_and_loses_nothing(tq: Taskq, small_fs: Pat
         daemon.stop()
 
 
+@pytest.mark.slow
 def test_daemon_starting_on_a_full_disk_waits(tq: Taskq, small_fs: Path) -> None:
     from conftest import Daemon, wait_for
 
@@ -279,6 +286,7 @@ def test_daemon_starting_on_a_full_disk_waits(tq: Taskq, small_fs: Path) -> None
     assert b"No space left on device" in proc.stderr
 
 
+@pytest.mark.slow
 def test_daemon_on_a_read_only_spool_says_so(small_fs: Path) -> None:
     spooled = Taskq(small_fs / "spool")
     spooled.submit("--", "true")

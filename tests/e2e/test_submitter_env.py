@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from conftest import TASKQ, Daemon, Taskq
 
 StartDaemon = Callable[..., Daemon]
@@ -42,6 +43,7 @@ def _tool(tmp_path: Path) -> Path:
     return bin_dir
 
 
+@pytest.mark.slow
 def test_the_task_sees_the_submitters_path_umask_and_directory(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -59,6 +61,7 @@ def test_the_task_sees_the_submitters_path_umask_and_directory(
     assert (work / "made").stat().st_mode & 0o777 == 0o640  # 0666 & ~027
 
 
+@pytest.mark.slow
 def test_left_out_variables_and_overrides(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -89,6 +92,7 @@ def test_left_out_variables_and_overrides(
     assert not [v for v in recorded if v.startswith(("TERM=", "DISPLAY=", "TASKQ_", "SSH_"))]
 
 
+@pytest.mark.slow
 def test_no_env_records_nothing(tq: Taskq, start_daemon: StartDaemon, tmp_path: Path) -> None:
     with umask(0o077):
         start_daemon()
@@ -102,6 +106,7 @@ def test_no_env_records_nothing(tq: Taskq, start_daemon: StartDaemon, tmp_path: 
     assert "umask:     not recorded (the daemon's)" in shown
 
 
+@pytest.mark.slow
 def test_show_says_what_was_recorded(tq: Taskq) -> None:
     # LC_CTYPE set, or Python's start-up would set it (PEP 538) and it would be recorded.
     env = {"PATH": "/usr/bin:/bin", "GREETING": "hello, world", "EMPTY": "", "LC_CTYPE": "C.UTF-8"}
@@ -133,6 +138,7 @@ def test_an_environment_over_the_limit_is_refused(tq: Taskq) -> None:
     assert done.returncode == 0, done.stderr.decode()
 
 
+@pytest.mark.slow
 def test_batch_lines_start_from_the_recorded_environment(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:

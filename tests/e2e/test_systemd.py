@@ -54,6 +54,7 @@ def listener(tmp_path: Path) -> Iterator[Listener]:
     it.close()
 
 
+@pytest.mark.slow
 def test_ready_status_watchdog_stopping(
     tq: Taskq, start_daemon: StartDaemon, listener: Listener, tmp_path: Path
 ) -> None:
@@ -72,6 +73,7 @@ def test_ready_status_watchdog_stopping(
     assert "STOPPING=1" in rest and rest.index("STOPPING=1") > rest.index("READY=1")
 
 
+@pytest.mark.slow
 def test_abstract_socket_and_no_watchdog_for_another_pid(
     tq: Taskq, start_daemon: StartDaemon
 ) -> None:
@@ -88,6 +90,7 @@ def test_abstract_socket_and_no_watchdog_for_another_pid(
         abstract.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(LIBFAKETIME is None, reason="libfaketime (Debian package faketime) is missing")
 def test_not_ready_while_the_clock_is_not_trusted(
     tq: Taskq, start_daemon: StartDaemon, listener: Listener, tmp_path: Path

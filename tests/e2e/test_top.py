@@ -105,6 +105,7 @@ def ls_json(tq: Taskq, *args: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines()]
 
 
+@pytest.mark.slow
 def test_top_shows_running_due_backlog_and_failures_as_ls_does(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path, screens: list[Screen]
 ) -> None:
@@ -136,6 +137,7 @@ def test_top_shows_running_due_backlog_and_failures_as_ls_does(
     gate.touch()
 
 
+@pytest.mark.slow
 def test_keys_filter_show_and_cancel(tq: Taskq, tmp_path: Path, screens: list[Screen]) -> None:
     mail = tq.submit("--queue", "mail", "--in", "1h", "--", "echo", "mail")
     other = tq.submit("--in", "2h", "--", "echo", "other")
@@ -166,6 +168,7 @@ def test_keys_filter_show_and_cancel(tq: Taskq, tmp_path: Path, screens: list[Sc
     screen.wait(lambda t: "top-exited-0" in t, "top to quit")
 
 
+@pytest.mark.slow
 def test_top_refuses_without_a_terminal(tq: Taskq) -> None:
     tq.run("submit", "--", "true")
     done = tq.run("top", input=b"", check=False)

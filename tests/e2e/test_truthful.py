@@ -51,6 +51,7 @@ def one_line_error(proc: subprocess.CompletedProcess[bytes], status: int) -> str
 # -- 1. limits are checked before a task is accepted -------------------------
 
 
+@pytest.mark.slow
 def test_a_body_over_the_file_limit_is_refused_not_lost(tq: Taskq) -> None:
     line = json.dumps({"command": ["echo", "x" * (5 << 20)], "in": 2, "key": "big-1"})
     proc = tq.run("submit", "--batch", "-", input=line.encode(), check=False)
@@ -74,6 +75,7 @@ def test_arguments_exec_could_not_take_are_refused(tq: Taskq) -> None:
     assert spool_files(tq, "pending") == []
 
 
+@pytest.mark.slow
 def test_a_task_just_within_the_limits_runs(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -117,6 +119,7 @@ def go_on(proc: subprocess.Popen[bytes]) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.slow
 def test_cancel_reports_success_when_its_emptied_bucket_vanishes(tq: Taskq) -> None:
     task_id = tq.submit("--at", PAST, "--", "true")
     proc = stopped_at(tq, "cancel.renamed", "cancel", task_id)
@@ -127,6 +130,7 @@ def test_cancel_reports_success_when_its_emptied_bucket_vanishes(tq: Taskq) -> N
     assert doc["state"] == "cancelled" and len(events(doc, "cancelled")) == 1
 
 
+@pytest.mark.slow
 def test_reschedule_reports_success_when_its_emptied_bucket_vanishes(tq: Taskq) -> None:
     task_id = tq.submit("--at", PAST, "--", "true")
     proc = stopped_at(tq, "reschedule.moved", "reschedule", task_id, "--in", "1h")
@@ -137,6 +141,7 @@ def test_reschedule_reports_success_when_its_emptied_bucket_vanishes(tq: Taskq) 
     assert len(events(doc, "rescheduled")) == 1 and not events(doc, "revoked")
 
 
+@pytest.mark.slow
 def test_submit_and_retry_report_success_when_a_daemon_empties_their_bucket(
     tq: Taskq, start_daemon: StartDaemon
 ) -> None:
@@ -161,6 +166,7 @@ def test_submit_and_retry_report_success_when_a_daemon_empties_their_bucket(
 # -- 3. the daemon obeys a reschedule of a task waiting for its retry --------
 
 
+@pytest.mark.slow
 def test_rescheduling_a_retry_moves_its_schedule(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -176,6 +182,7 @@ def test_rescheduling_a_retry_moves_its_schedule(
 # -- 4 and 5. two daemons, one attempt, one end --------------------------------
 
 
+@pytest.mark.slow
 def test_same_host_id_daemon_hands_over_instead_of_killing(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path, tmp_path: Path
 ) -> None:
@@ -199,6 +206,7 @@ def test_same_host_id_daemon_hands_over_instead_of_killing(
     assert a.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_late_end_after_a_takeover_does_not_change_the_outcome(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path, tmp_path: Path
 ) -> None:
@@ -265,6 +273,7 @@ def test_a_non_utf8_working_directory_is_refused(tq: Taskq, tmp_path: Path) -> N
         b'{"command": ["true"], "env": {"A": "\\ud800"}}',
     ],
 )
+@pytest.mark.slow
 def test_a_bad_third_batch_line_leaves_nothing(tq: Taskq, bad_line: bytes) -> None:
     good = b'{"command": ["true"], "key": "k-%d"}\n'
     data = good % 1 + good % 2 + bad_line + b"\n"
@@ -294,6 +303,7 @@ def test_reschedule_by_a_huge_duration_gets_one_line(tq: Taskq) -> None:
         ("--retry-cap", "31d", "--retry-cap 31d00h is out of range"),
     ],
 )
+@pytest.mark.slow
 def test_daemon_options_out_of_range_are_refused(
     tq: Taskq, option: str, value: str, says: str
 ) -> None:
@@ -304,6 +314,7 @@ def test_daemon_options_out_of_range_are_refused(
 # -- 8. spool path edge cases -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_spool_given_as_a_symlink_works_for_every_command(
     tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -324,6 +335,7 @@ def test_a_spool_given_as_a_symlink_works_for_every_command(
     assert oct(real.stat().st_mode & 0o777) == "0o700"
 
 
+@pytest.mark.slow
 def test_an_unreadable_spool_is_a_permission_error() -> None:
     from test_submit import as_nobody
 
@@ -353,6 +365,7 @@ def reachable_by_nobody(path: str) -> bool:
     return proc.returncode == 0
 
 
+@pytest.mark.slow
 def test_reschedule_on_a_read_only_spool_says_so_once(tq: Taskq, tmp_path: Path) -> None:
     mnt = tmp_path / "ro"
     mnt.mkdir()

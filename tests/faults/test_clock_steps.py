@@ -40,6 +40,7 @@ def check(stamps: Path, run_at: dict[str, float]) -> None:
     assert early == [], f"started early by the real clock: {early[:5]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", [6.0, -6.0])
 def test_a_step_mid_run_never_starts_a_task_early(
     tq: Taskq,
@@ -60,6 +61,7 @@ def test_a_step_mid_run_never_starts_a_task_early(
     assert daemon.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_large_step_stops_dispatching_until_the_clock_is_right(
     tq: Taskq,
     start_daemon: Callable[..., Daemon],
@@ -79,6 +81,7 @@ def test_a_large_step_stops_dispatching_until_the_clock_is_right(
     assert daemon.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_lease_never_expires_early_when_the_owners_clock_steps_back(
     tq: Taskq,
     start_daemon: Callable[..., Daemon],

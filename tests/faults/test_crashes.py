@@ -77,6 +77,7 @@ DAEMON_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("first", "second"), DAEMON_CASES, ids=[c[1] for c in DAEMON_CASES])
 def test_daemon_crash_points(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path, stamps: Path, first: str, second: str
@@ -118,6 +119,7 @@ def submit_with_key(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", [p for p in POINTS if p.startswith("submit.")])
 def test_submit_crash_then_retry_with_the_key_runs_once(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path, point: str
@@ -135,6 +137,7 @@ def test_submit_crash_then_retry_with_the_key_runs_once(
     assert json.loads(tq.run("stats", "--json").stdout)["counts"]["pending"] == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", [p for p in POINTS if p.startswith("submit.")])
 def test_batch_crash_leaves_a_consistent_spool(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path, point: str
@@ -163,6 +166,7 @@ def test_batch_crash_leaves_a_consistent_spool(
     assert tq.run("fsck").returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["cancel.renamed", "reschedule.recorded"])
 def test_operator_crash_points(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path, point: str
@@ -182,6 +186,7 @@ def test_operator_crash_points(
     assert tq.run("fsck").returncode == 0
 
 
+@pytest.mark.slow
 def test_operator_retry_crash_point(tq: Taskq, start_daemon: StartDaemon, stamps: Path) -> None:
     cmd = ["sh", "-c", f'echo "$TASKQ_ID $TASKQ_ATTEMPT $(date +%s.%N)" >> {stamps}; exit 3']
     task_id = tq.submit("--max-attempts", "1", "--", *cmd)

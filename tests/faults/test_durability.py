@@ -74,6 +74,7 @@ def test_batch_syncs_before_it_prints_any_id(tq: Taskq, tmp_path: Path) -> None:
     assert last_rename < final_sync < ack
 
 
+@pytest.mark.slow
 def test_daemon_makes_the_start_durable_before_exec(tq: Taskq, tmp_path: Path) -> None:
     task_id = tq.submit("--in", "1.5s", "--", "true")
     trace = tmp_path / "trace"

@@ -105,6 +105,7 @@ def run_accepted(tq: Taskq, accepted: list[str], tmp_path: Path) -> None:
     assert not list((tq.spool / "corrupt").iterdir()), (tmp_path / "fuzz-daemon.log").read_text()
 
 
+@pytest.mark.slow
 @FUZZ
 @given(options=OPTIONS, args=st.lists(ARG, max_size=3))
 def test_fuzzed_submit_is_accepted_and_runs_or_refused_cleanly(
@@ -155,6 +156,7 @@ def _line(doc: dict[str, Any]) -> bytes:
     ),
     args=st.lists(TEXT, max_size=2),
 )
+@pytest.mark.slow
 def test_fuzzed_batch_is_accepted_and_runs_or_refused_cleanly(
     tmp_path: Path, lines: list[dict[str, Any]], args: list[str]
 ) -> None:
@@ -179,6 +181,7 @@ DAEMON_OPTIONS = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=max(10, EXAMPLES // 2))
 @given(option=DAEMON_OPTIONS, value=NUMBERS)
 def test_fuzzed_daemon_options_start_or_are_refused_in_one_line(

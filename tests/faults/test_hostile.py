@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
 from conftest import Daemon, Taskq, wait_for
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -78,6 +79,7 @@ def drop(
     suppress_health_check=list(HealthCheck),
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
+@pytest.mark.slow
 @given(files=hostile)
 def test_hostile_files_are_quarantined_and_the_daemon_carries_on(
     files: list[tuple[str, str, bytes, bool]],
@@ -115,6 +117,7 @@ def test_hostile_files_are_quarantined_and_the_daemon_carries_on(
         shutil.rmtree(root)
 
 
+@pytest.mark.slow
 def test_strays_are_left_alone(tq: Taskq, start_daemon: Any) -> None:
     """NFS silly-renames and FUSE hidden files: never run, never quarantined, never fsck'd."""
     spool = Spool(str(tq.spool))

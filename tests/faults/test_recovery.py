@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
 
 from taskq.spool.defaults import default_host_id
@@ -29,6 +30,7 @@ def all_in(tq: Taskq, ids: list[str], states: tuple[str, ...]) -> bool:
     return all(tq.state(i) in states for i in ids)
 
 
+@pytest.mark.slow
 def test_running_children_are_adopted_not_rerun(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -47,6 +49,7 @@ def test_running_children_are_adopted_not_rerun(
     assert sorted(r[0] for r in read_stamps(stamps)) == sorted(ids)
 
 
+@pytest.mark.slow
 def test_attempt_that_ended_while_no_daemon_ran(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -64,6 +67,7 @@ def test_attempt_that_ended_while_no_daemon_ran(
     assert [r[1] for r in read_stamps(stamps)] == [e["attempt"] for e in ends]
 
 
+@pytest.mark.slow
 def test_lost_attempt_is_recorded_and_retried(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -82,6 +86,7 @@ def test_lost_attempt_is_recorded_and_retried(
     tq.run("cancel", task_id, check=False)  # stop the retry's 30-second sleep
 
 
+@pytest.mark.slow
 def test_sigterm_waits_for_children_then_exits_zero(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -93,6 +98,7 @@ def test_sigterm_waits_for_children_then_exits_zero(
     assert not list((tq.spool / "run").iterdir())
 
 
+@pytest.mark.slow
 def test_shutdown_grace_leaves_attempts_for_the_next_daemon(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -110,6 +116,7 @@ def test_shutdown_grace_leaves_attempts_for_the_next_daemon(
     assert sorted(r[0] for r in read_stamps(stamps)) == sorted([task_id, later])
 
 
+@pytest.mark.slow
 def test_surviving_daemon_recovers_a_dead_neighbour(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -127,6 +134,7 @@ def test_surviving_daemon_recovers_a_dead_neighbour(
     assert len(read_stamps(stamps)) == 2
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_moments_loses_nothing(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -161,6 +169,7 @@ def _orphan(tq: Taskq, task_id: str, phase: str) -> None:
     os.rename(path, tq.spool / "claimed" / str(claim))
 
 
+@pytest.mark.slow
 def test_claims_of_a_dead_daemon_that_never_spawned_are_released(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
@@ -176,6 +185,7 @@ def test_claims_of_a_dead_daemon_that_never_spawned_are_released(
     assert sorted(r[0] for r in read_stamps(stamps)) == sorted([claimed, started])
 
 
+@pytest.mark.slow
 def test_status_tells_a_dead_daemon_from_a_live_one(tq: Taskq, start_daemon: StartDaemon) -> None:
     here = default_host_id()
     live = start_daemon("--host-id", here)
@@ -192,6 +202,7 @@ def test_status_tells_a_dead_daemon_from_a_live_one(tq: Taskq, start_daemon: Sta
     assert oct((tq.spool / "doorbell").stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.slow
 def test_an_attempt_that_never_began_is_released_not_lost(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:

@@ -59,6 +59,7 @@ def real_stamp(stamps: Path, extra: str = "") -> list[str]:
     return ["sh", "-c", f'echo "$TASKQ_ID $TASKQ_ATTEMPT $({date})" >> {stamps}{extra}']
 
 
+@pytest.mark.slow
 @needs_faketime
 def test_four_daemons_skewed_clocks_never_early_exactly_once(
     tq: Taskq, tmp_path: Path, start_host: StartDaemon, stamps: Path
@@ -102,6 +103,7 @@ def test_four_daemons_skewed_clocks_never_early_exactly_once(
     assert set(hosts) <= {"plain-a", "plain-b"}, hosts
 
 
+@pytest.mark.slow
 @needs_faketime
 def test_skewed_daemon_reports_and_waits(
     tq: Taskq, tmp_path: Path, start_host: StartDaemon
@@ -120,6 +122,7 @@ def test_skewed_daemon_reports_and_waits(
     ahead.stop()
 
 
+@pytest.mark.slow
 def test_paused_daemon_loses_its_lease_and_kills_its_child(
     tq: Taskq, tmp_path: Path, start_host: StartDaemon, stamps: Path
 ) -> None:
@@ -151,6 +154,7 @@ def test_paused_daemon_loses_its_lease_and_kills_its_child(
     assert a.stop() == 0
 
 
+@pytest.mark.slow
 def test_kill_9_of_one_daemon_others_finish_its_tasks(
     tq: Taskq, tmp_path: Path, start_host: StartDaemon, stamps: Path
 ) -> None:
@@ -176,6 +180,7 @@ def test_kill_9_of_one_daemon_others_finish_its_tasks(
     assert survivor.stop() == 0
 
 
+@pytest.mark.slow
 def test_claim_expiry_is_judged_with_uncertainty(
     tq: Taskq, tmp_path: Path, start_host: StartDaemon
 ) -> None:
@@ -199,6 +204,7 @@ def test_claim_expiry_is_judged_with_uncertainty(
     assert parse_when(taken["time"], 0) >= expiry
 
 
+@pytest.mark.slow
 @needs_faketime
 def test_dispatching_resumes_when_the_clocks_agree(
     tq: Taskq, tmp_path: Path, start_host: StartDaemon

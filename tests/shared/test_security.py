@@ -38,6 +38,7 @@ def give(tq: Taskq, task_id: str, user: str) -> None:
     os.chown(path, pw.pw_uid, pw.pw_gid)
 
 
+@pytest.mark.slow
 def test_root_daemon_runs_each_task_as_its_owner(
     tq: Taskq, start_daemon: StartDaemon, users: list[str]
 ) -> None:
@@ -58,6 +59,7 @@ def test_root_daemon_runs_each_task_as_its_owner(
     assert tq.run("logs", mine).stdout.decode().startswith("0 0 ")
 
 
+@pytest.mark.slow
 def test_denied_and_writable_files_never_run(
     tq: Taskq, start_daemon: StartDaemon, users: list[str], tmp_path: Path
 ) -> None:
@@ -85,6 +87,7 @@ def test_denied_and_writable_files_never_run(
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_ordinary_daemon_runs_only_its_own_users_tasks(
     users: list[str], others_taskq: list[str]
 ) -> None:
@@ -127,6 +130,7 @@ def test_ordinary_daemon_runs_only_its_own_users_tasks(
         shutil.rmtree(home)
 
 
+@pytest.mark.slow
 def test_shared_spool_mode(users: list[str], others_taskq: list[str]) -> None:
     """A root-owned 1770 spool with a group, like atd's: members submit, tasks run as them."""
     import grp

@@ -140,6 +140,7 @@ def shared(members: tuple[str, str], others_taskq: list[str]) -> Iterator[Shared
         shutil.rmtree(top)
 
 
+@pytest.mark.slow
 def test_a_forged_id_reads_nothing_of_its_owner(shared: Shared, members: tuple[str, str]) -> None:
     """Attack 1: mallory copies alice's id into a task of his own; it is refused, never run."""
     alice, mallory = members
@@ -178,6 +179,7 @@ def test_a_forged_id_reads_nothing_of_its_owner(shared: Shared, members: tuple[s
     assert "alice-secret" not in shown.stdout and "mallory-was-here" not in shown.stdout
 
 
+@pytest.mark.slow
 def test_a_symlinked_bucket_is_never_followed(shared: Shared, members: tuple[str, str]) -> None:
     """Attack 2: a bucket that links to cancelled/ (or anywhere) is set aside, never run from."""
     alice, mallory = members
@@ -204,6 +206,7 @@ def test_a_symlinked_bucket_is_never_followed(shared: Shared, members: tuple[str
     assert not any(p.name.endswith(moved) for p in Path("/root").iterdir())
 
 
+@pytest.mark.slow
 def test_a_fifo_key_file_hangs_nothing(shared: Shared, members: tuple[str, str]) -> None:
     """Attack 3: FIFOs as key files, named by a stale tmp/ file: the cleaner and fsck go on."""
     alice, mallory = members
@@ -233,6 +236,7 @@ def test_a_fifo_key_file_hangs_nothing(shared: Shared, members: tuple[str, str])
     assert daemon.stop() == 0  # SIGTERM is heard
 
 
+@pytest.mark.slow
 def test_a_squatted_key_blocks_no_one(shared: Shared, members: tuple[str, str]) -> None:
     """Attack 4: key files planted under alice's key: her submit is never answered by his task."""
     alice, mallory = members
@@ -263,6 +267,7 @@ def test_a_squatted_key_blocks_no_one(shared: Shared, members: tuple[str, str]) 
     assert shared.tq.state(bait) == "pending"
 
 
+@pytest.mark.slow
 def test_an_unreadable_bucket_breaks_no_ones_commands(
     shared: Shared, members: tuple[str, str]
 ) -> None:

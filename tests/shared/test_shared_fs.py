@@ -102,6 +102,7 @@ def never_early(stamps: Path, run_at: dict[str, float]) -> None:
     assert early == [], f"started before run_at: {early[:5]}"
 
 
+@pytest.mark.slow
 def test_three_daemons_share_a_burst_exactly_once(
     bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path
 ) -> None:
@@ -120,6 +121,7 @@ def test_three_daemons_share_a_burst_exactly_once(
     assert_clean(bed, running)
 
 
+@pytest.mark.slow
 def test_kill_9_mid_burst_loses_nothing(
     bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path
 ) -> None:
@@ -151,6 +153,7 @@ def test_kill_9_mid_burst_loses_nothing(
     assert_clean(bed, survivors)
 
 
+@pytest.mark.slow
 def test_sigstop_past_the_lease_is_taken_over_and_recorded(
     bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path
 ) -> None:
@@ -206,6 +209,7 @@ def _race(
     return ids, due, running
 
 
+@pytest.mark.slow
 def test_cancel_racing_claims(bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path) -> None:
     stamps = tmp_path / "stamps"
     ids, due, running = _race(bed, daemons, stamps, ["cancel"])
@@ -220,6 +224,7 @@ def test_cancel_racing_claims(bed: Bed, daemons: Callable[..., Daemon], tmp_path
     assert_clean(bed, running)
 
 
+@pytest.mark.slow
 def test_reschedule_racing_claims(bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path) -> None:
     stamps = tmp_path / "stamps"
     ids, due, running = _race(bed, daemons, stamps, ["reschedule", "--in", "3s"])
@@ -243,6 +248,7 @@ def _epoch(iso: str) -> float:
     return parse_when(iso, 0) / 1e6
 
 
+@pytest.mark.slow
 def test_a_submit_on_another_host_is_found_without_the_safety_rescan(
     bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path
 ) -> None:

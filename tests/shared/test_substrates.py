@@ -27,6 +27,7 @@ def test_bindfs_refuses_rename_noreplace_but_renames(bindfs_dir: Path) -> None:
     assert dst.read_text() == "x"
 
 
+@pytest.mark.slow
 def test_gluster_mounts_see_each_others_files(gluster: GlusterBed) -> None:
     assert len(gluster.mounts) == 3
     assert len({m.stat().st_dev for m in gluster.mounts}) == 3  # three separate clients
@@ -64,6 +65,7 @@ def test_gluster_rename_noreplace_is_recorded(
     print(f"GlusterFS renameat2(RENAME_NOREPLACE): {outcome}")
 
 
+@pytest.mark.slow
 def test_gluster_rename_race_has_one_winner(gluster: GlusterBed) -> None:
     """One source renamed at once through two mounts to two names: one wins, one gets ENOENT."""
     maker, left, right = gluster.fresh_dir("race")

@@ -133,6 +133,7 @@ body_strategy = st.builds(
 )
 
 
+@pytest.mark.slow
 @given(body_strategy)
 def test_body_round_trip(body: TaskBody) -> None:
     assert TaskBody.from_json(body.to_json()) == body
@@ -149,11 +150,13 @@ def test_body_round_trip(body: TaskBody) -> None:
         | st.dictionaries(st.text(), st.text()),
     )
 )
+@pytest.mark.slow
 def test_layout_is_indent_ones_to_the_byte(doc: dict[str, object]) -> None:
     """The C-encoded layout is byte for byte what json.dumps(indent=1) wrote before it."""
     assert layout(doc) == (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode()
 
 
+@pytest.mark.slow
 @given(body_strategy)
 def test_a_bodys_file_is_its_indent_one_json(body: TaskBody) -> None:
     data = body.to_json()

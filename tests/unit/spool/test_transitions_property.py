@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -172,4 +173,4 @@ class TwoActors(RuleBasedStateMachine):
 
 
 TwoActors.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
-test_two_actors = TwoActors.TestCase
+test_two_actors = pytest.mark.slow(TwoActors.TestCase)

@@ -248,6 +248,7 @@ def test_a_clock_time_is_the_next_such_wall_time(now: int, hour: int, minute: in
     assert now - MINUTE < got <= now + DAY + HOUR  # not before this minute; within a day
 
 
+@pytest.mark.slow
 def test_format_compact_is_datetimes_form_and_parses_back() -> None:
     """format_compact and format_iso (gmtime, on hot paths) write what strftime would."""
     import random

@@ -49,6 +49,7 @@ def test_a_bad_tz_is_one_line() -> None:
         local_zone({"TZ": "Mars/Olympus"})
 
 
+@pytest.mark.slow
 def test_local_format_carries_the_offset() -> None:
     zone = local_zone({"TZ": "Europe/Berlin"})
     us = datetime_to_us(datetime(2026, 12, 1, 8, tzinfo=UTC))
