@@ -146,7 +146,8 @@ def daemon_line(r: dict[str, Any], stamp: Stamp = format_iso) -> str:
     return (
         f"{r.get('owner')}: {state}; clock uncertainty {r.get('uncertainty', 0):.6f}s "
         f"(offset {r.get('offset', 0):+.6f}s, max {r.get('max_uncertainty')}s); "
-        f"{r.get('busy')}/{r.get('workers')} workers busy; updated {updated}"
+        f"{r.get('busy')}/{r.get('workers')} workers busy; "
+        f"claims {r.get('claims_won', 0)} won, {r.get('claims_lost', 0)} lost; updated {updated}"
     )
 
 

@@ -1,8 +1,11 @@
 """Finding due work and claiming it: the due index, claims, and preparing a start.
 
 The dispatcher hands out at most as many due tasks as there are free
-workers, fairly across queues (the due index's round robin), and no earlier
-than the clock's uncertainty allows. Each task is claimed under a lease,
+workers, fairly across queues (the due index's round robin), in the claim
+order that spreads daemons sharing a spool over different tasks
+(claimorder.py), and no earlier than the clock's uncertainty allows. It
+counts the claims it wins and loses (a lost one found its task gone:
+another daemon or a cancel was first). Each task is claimed under a lease,
 its body read and checked (parse, owner, expiry) and its claim renamed to
 started: the start is then durable at the next group commit, before the
 attempt exists. What cannot be run is quarantined with a reason.
@@ -12,9 +15,10 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from taskq.daemon.attempts import Prepared
+from taskq.daemon.claimorder import ClaimOrder
 from taskq.daemon.crew import Crew, Part
 from taskq.daemon.dueindex import DueIndex
 from taskq.daemon.policy import expired
@@ -25,6 +29,8 @@ from taskq.spool.faults import crash_point
 from taskq.spool.pause import Pauses
 from taskq.spool.task import ClaimName, TaskBody, TaskName
 from taskq.times.timespec import format_iso
+
+_LOST = object()  # a claim that found its task gone
 
 
 class QueueCaps:
@@ -51,15 +57,33 @@ class QueueCaps:
 class Dispatcher(Part):
     """The due index and the claim-and-prepare step of the loop."""
 
-    def __init__(self, crew: Crew, run_policy: security.Policy) -> None:
+    def __init__(
+        self,
+        crew: Crew,
+        run_policy: security.Policy,
+        workers: int,
+        on_claim: Callable[[bool], None] = lambda won: None,
+    ) -> None:
         super().__init__(crew)
         self.run_policy = run_policy
-        self.index = DueIndex(self.spool)
+        self.order = ClaimOrder(f"{self.owner.host}_{self.owner.pid}", workers)
+        self.index = DueIndex(self.spool, self.order)
         self.pauses = Pauses(self.spool)
         self._deadlines: dict[str, int | None] = {}  # expiry of paused due tasks, by id
+        self.won = self.lost = 0
+        self._on_claim = on_claim
+
+    def counted(self, won: bool) -> None:
+        """One claim attempt's outcome: won, or lost to whoever moved the task first."""
+        if won:
+            self.won += 1
+        else:
+            self.lost += 1
+        self._on_claim(won)
 
     def rescan(self, now: int) -> None:
         """Rebuild the due index and the pauses from the spool; quarantine what is bad."""
+        self.order.refresh(self.spool.run, self.owner.host, now, self.clock.mono())
         for path, reason in [*self.index.rescan(now), *self.pauses.reload()]:
             self.settler.quarantine(path, reason, now)
         self.expire_paused(now)
@@ -86,7 +110,9 @@ class Dispatcher(Part):
                     self.spool, path, name, self.owner, self.expiry(now), self.commit.touched
                 )
             except FileNotFoundError:
+                self.counted(False)
                 continue
+            self.counted(True)
             expired_at = format_iso(deadline)
             self.settler.finish(held_claim, "failed", now, event="expired", deadline=expired_at)
 
@@ -107,30 +133,49 @@ class Dispatcher(Part):
         horizon = now + self.commit.lead()
         expiry = self.expiry(now)
         prepared: list[Prepared] = []
+        if self.order.refresh(self.spool.run, self.owner.host, now, self.clock.mono()):
+            self.index.resort()  # peers came or went: who takes what first changed
 
         def due(run_at: int) -> bool:
             return self.clock.earliest_start(run_at) <= horizon
 
+        relisted = False
         while len(prepared) < free:
             picked = self.index.pop_due(due, caps.open)
             if picked is None:
                 break
             name, path = picked
-            try:
-                held = transitions.claim(
-                    self.spool, path, name, self.owner, expiry, self.commit.touched
-                )
-                crash_point("daemon.claimed")
-            except FileNotFoundError:
-                continue  # cancelled, or claimed by another daemon: theirs now
-            except CorruptFile as e:  # its bucket became a link since the rescan
-                self.settler.quarantine(os.path.dirname(path), str(e), now)
+            held = self._claim(path, name, expiry, now)
+            if held is _LOST and not self.order.mine(name.id):
+                # Another's task, taken already: what we know of the others' tasks
+                # is stale. One fresh listing instead of a lost rename for each.
+                if relisted:
+                    break
+                self.rescan(now)
+                relisted = True
+            if not isinstance(held, ClaimName):
                 continue
             ready = self.prepare(held, now)
             if ready is not None:
                 prepared.append(ready)
                 caps.busy[ready.body.queue] += 1
         return prepared
+
+    def _claim(self, path: str, name: TaskName, expiry: int, now: int) -> ClaimName | object:
+        """Claim one due task: its claim, _LOST (it was gone), or None (quarantined)."""
+        try:
+            held = transitions.claim(
+                self.spool, path, name, self.owner, expiry, self.commit.touched
+            )
+            crash_point("daemon.claimed")
+        except FileNotFoundError:
+            self.counted(False)
+            return _LOST  # cancelled, or claimed by another daemon: theirs now
+        except CorruptFile as e:  # its bucket became a link since the rescan
+            self.settler.quarantine(os.path.dirname(path), str(e), now)
+            return None
+        self.counted(True)
+        return held
 
     def prepare(self, held: ClaimName, now: int) -> Prepared | None:
         """Read a fresh claim's body, expire it or mark it started."""

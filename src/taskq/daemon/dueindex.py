@@ -3,9 +3,11 @@
 It is a cache of the spool, rebuilt by listing only the buckets up to now
 plus the first non-empty future bucket, so its cost grows with due work and
 not with stored work. It never decides anything durable: a stale entry just
-loses its claim with ENOENT. Due tasks are handed out oldest first within a
-queue and round-robin across queues, so one queue's burst cannot starve
-another. Names that cannot be tasks are handed back for quarantine; empty
+loses its claim with ENOENT. Due tasks are handed out round-robin across
+queues, so one queue's burst cannot starve another, and within a queue in
+the claim order (claimorder.py): this daemon's own tasks oldest first, the
+other daemons' once they have had their chance, so that daemons sharing a
+spool reach for different files. Names that cannot be tasks are handed back for quarantine; empty
 past buckets are removed on the way (safely: rmdir fails on a bucket that
 is not empty, and submitters recreate a vanished bucket).
 """
@@ -18,16 +20,20 @@ import os
 import stat
 from collections.abc import Callable
 
+from taskq.daemon.claimorder import ClaimOrder
 from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool, stray
 from taskq.spool.task import TaskName, bucket_of, valid_bucket
 
 Entry = tuple[TaskName, str]  # the name and the bucket its file is in
-# In the heaps: (run_at, id, name, bucket). The heap compares ints and
-# strings, in C; a burst's thousands of tasks share one run_at, and comparing
-# their names (dataclasses) was a tenth of the loop's time.
+# In a queue's heap of our own tasks: (run_at, id, name, bucket); in its
+# heap of the others': (when we may try it, our hash of its id, name,
+# bucket). The heaps compare ints and strings, in C; a burst's thousands of
+# tasks share one run_at, and comparing their names was a tenth of the
+# loop's time.
 _Item = tuple[int, str, TaskName, str]
+_Theirs = tuple[int, int, TaskName, str]
 log = logging.getLogger("taskq")
 
 
@@ -44,17 +50,70 @@ def bucket_problem(path: str) -> str | None:
     return None
 
 
-class DueIndex:
-    """The nearest pending tasks, per queue, ordered by (run_at, id)."""
+class _Queue:
+    """One queue's due tasks: our own by (run_at, id), the others' by the claim order."""
 
-    def __init__(self, spool: Spool) -> None:
+    __slots__ = ("mine", "theirs")
+
+    def __init__(self) -> None:
+        self.mine: list[_Item] = []
+        self.theirs: list[_Theirs] = []
+
+    def __len__(self) -> int:
+        return len(self.mine) + len(self.theirs)
+
+    def add(self, name: TaskName, bucket: str, order: ClaimOrder) -> None:
+        """Append unordered (heapify later)."""
+        if order.mine(name.id):
+            self.mine.append((name.run_at, name.id, name, bucket))
+        else:
+            self.theirs.append((*order.steal_key(name.run_at, name.id), name, bucket))
+
+    def push(self, name: TaskName, bucket: str, order: ClaimOrder) -> None:
+        if order.mine(name.id):
+            heapq.heappush(self.mine, (name.run_at, name.id, name, bucket))
+        else:
+            heapq.heappush(self.theirs, (*order.steal_key(name.run_at, name.id), name, bucket))
+
+    def heapify(self) -> None:
+        heapq.heapify(self.mine)
+        heapq.heapify(self.theirs)
+
+    def entries(self) -> list[tuple[TaskName, str]]:
+        return [(e[2], e[3]) for e in self.mine] + [(e[2], e[3]) for e in self.theirs]
+
+    def next_at(self) -> int | None:
+        """When the next of these may be tried: our own at its run_at, another's later."""
+        tops = [h[0][0] for h in (self.mine, self.theirs) if h]
+        return min(tops, default=None)
+
+    def pop(self, due: Callable[[int], bool]) -> tuple[TaskName, str] | None:
+        """Take the task to try next, if one may be tried now."""
+        mine = self.mine[0] if self.mine and due(self.mine[0][0]) else None
+        theirs = self.theirs[0] if self.theirs and due(self.theirs[0][0]) else None
+        if theirs is not None and (
+            mine is None or ClaimOrder.older_first(mine[0], theirs[2].run_at)
+        ):
+            heapq.heappop(self.theirs)
+            return theirs[2], theirs[3]
+        if mine is not None:
+            heapq.heappop(self.mine)
+            return mine[2], mine[3]
+        return None
+
+
+class DueIndex:
+    """The nearest pending tasks, per queue, in this daemon's claim order."""
+
+    def __init__(self, spool: Spool, order: ClaimOrder | None = None) -> None:
         self.spool = spool
-        self._heaps: dict[str, list[_Item]] = {}
+        self.order = order or ClaimOrder("", 1)  # alone: every task is ours
+        self._queues: dict[str, _Queue] = {}
         self._turn: list[str] = []  # queues in round-robin order
         self.more_beyond = False  # buckets exist past the last one loaded
 
     def __len__(self) -> int:
-        return sum(len(h) for h in self._heaps.values())
+        return sum(len(q) for q in self._queues.values())
 
     def rescan(self, now: int) -> list[tuple[str, str]]:
         """Rebuild from the spool; return (path, reason) of entries to quarantine."""
@@ -80,13 +139,16 @@ class DueIndex:
             before = len(entries)
             self._load_bucket(entry, path, entry < current, entries, bad)
             future_loaded = entry > current and len(entries) > before
-        heaps: dict[str, list[_Item]] = {}
+        queues: dict[str, _Queue] = {}
         for name, bucket in entries:
-            heaps.setdefault(name.queue, []).append((name.run_at, name.id, name, bucket))
-        for heap in heaps.values():
-            heapq.heapify(heap)
-        self._heaps = heaps
-        self._turn = [q for q in self._turn if q in heaps] + sorted(set(heaps) - set(self._turn))
+            queue = queues.get(name.queue)
+            if queue is None:
+                queue = queues[name.queue] = _Queue()
+            queue.add(name, bucket, self.order)
+        for queue in queues.values():
+            queue.heapify()
+        self._queues = queues
+        self._turn = [q for q in self._turn if q in queues] + sorted(set(queues) - set(self._turn))
         return bad
 
     def _load_bucket(
@@ -144,45 +206,65 @@ class DueIndex:
             os.fchown(fd, 0, -1)
             os.fchmod(fd, want & ~0o002)  # chown drops setgid on some filesystems
 
+    def resort(self) -> None:
+        """Put every entry where the claim order, as it is now, wants it."""
+        for name, queue in list(self._queues.items()):
+            fresh = _Queue()
+            for task, bucket in queue.entries():
+                fresh.add(task, bucket, self.order)
+            fresh.heapify()
+            self._queues[name] = fresh
+
     def push(self, name: TaskName) -> None:
         """Add a task we just put back in pending (a retry or a release)."""
-        if name.queue not in self._heaps:
-            self._heaps[name.queue] = []
+        if name.queue not in self._queues:
+            self._queues[name.queue] = _Queue()
             self._turn.append(name.queue)
-        heapq.heappush(self._heaps[name.queue], (name.run_at, name.id, name, name.bucket))
+        self._queues[name.queue].push(name, name.bucket, self.order)
 
     def due_in(self, queues: frozenset[str], now: int) -> list[Entry]:
         """The entries of these queues due by now, as (name, path)."""
         return [
             (name, os.path.join(self.spool.bucket_dir(bucket), str(name)))
             for queue in queues
-            for run_at, _, name, bucket in self._heaps.get(queue, [])
-            if run_at <= now
+            for name, bucket in self._entries(queue)
+            if name.run_at <= now
         ]
+
+    def _entries(self, queue: str) -> list[tuple[TaskName, str]]:
+        found = self._queues.get(queue)
+        return [] if found is None else found.entries()
 
     def discard(self, name: TaskName) -> None:
         """Drop one entry (a paused task that expired)."""
-        heap = self._heaps.get(name.queue, [])
-        kept = [e for e in heap if e[2] != name]
-        if len(kept) != len(heap):
-            heapq.heapify(kept)
-            self._heaps[name.queue] = kept
+        found = self._queues.get(name.queue)
+        if found is None:
+            return
+        kept = _Queue()
+        for other, bucket in found.entries():
+            if other != name:
+                kept.add(other, bucket, self.order)
+        kept.heapify()
+        self._queues[name.queue] = kept
 
     def next_run_at(self, eligible: Callable[[str], bool] = lambda q: True) -> int | None:
-        """The earliest run_at among the queues that may start a task now."""
-        tops = [h[0][0] for q, h in self._heaps.items() if h and eligible(q)]
-        return min(tops, default=None)
+        """The earliest instant a task of a queue that may start one now may be tried."""
+        tops = [q.next_at() for name, q in self._queues.items() if q and eligible(name)]
+        return min([t for t in tops if t is not None], default=None)
 
     def pop_due(self, due: Callable[[int], bool], eligible: Callable[[str], bool]) -> Entry | None:
         """Take the next due task, round-robin across eligible queues.
 
         The queue served goes to the back of the turn, so queues with due
-        work take turns; within a queue the oldest run_at goes first.
+        work take turns; within a queue the claim order decides.
         """
-        for i, queue in enumerate(self._turn):
-            heap = self._heaps.get(queue)
-            if heap and eligible(queue) and due(heap[0][0]):
+        for i, name in enumerate(self._turn):
+            queue = self._queues.get(name)
+            if not queue or not eligible(name):
+                continue
+            picked = queue.pop(due)
+            if picked is not None:
                 self._turn.append(self._turn.pop(i))
-                _, _, name, bucket = heapq.heappop(heap)
-                return name, f"{self.spool.bucket_dir(bucket)}/{name}"
+                task, bucket = picked
+                return task, f"{self.spool.bucket_dir(bucket)}/{task}"
         return None

@@ -77,6 +77,8 @@ class Health:
             "uncertainty": snap.uncertainty / SECOND,
             "offset": snap.offset / SECOND,
             "busy": snap.busy,
+            "claims_won": snap.claims_won,
+            "claims_lost": snap.claims_lost,
             **self.settings,
         }
         try:

@@ -95,8 +95,13 @@ class Daemon(Parts):
             self.wake.close()
             self.attempts.close()
             self.health.unlock()
-        left = len(self.attempts)
-        log.info("taskq daemon stopped; %d attempt(s) left running for the next daemon", left)
+        log.info(
+            "taskq daemon stopped; %d attempt(s) left running for the next daemon; "
+            "claims %d won, %d lost",
+            len(self.attempts),
+            self.dispatcher.won,
+            self.dispatcher.lost,
+        )
         return 0
 
     def _should_exit(self) -> bool:
@@ -222,6 +227,8 @@ class Daemon(Parts):
             offset=self.clock.offset,
             busy=len(self.attempts),
             due_soon=len(self.dispatcher.index),
+            claims_won=self.dispatcher.won,
+            claims_lost=self.dispatcher.lost,
         )
 
     # -- sleeping -----------------------------------------------------------

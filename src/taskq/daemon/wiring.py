@@ -71,7 +71,9 @@ class Parts:
             on_attempt_end=self.metrics.ended,
         )
         crew = Crew(spool, owner, clock, settings.lease, self.commit, self.settler)
-        self.dispatcher = Dispatcher(crew, spool_config.security)
+        self.dispatcher = Dispatcher(
+            crew, spool_config.security, settings.workers, self.metrics.claimed
+        )
         self.recovery = Recovery(crew, self.attempts)
         self.housekeeper = Housekeeper(
             spool, clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done

@@ -53,6 +53,7 @@ LATENESS_BUCKETS = (
     3600.0,
 )
 OUTCOMES = ("succeeded", "failed", "killed", "lost")
+CLAIMS = ("won", "lost")
 LABELS = ("host", "spool")
 
 
@@ -100,6 +101,14 @@ class Metrics:
         )
         for name in OUTCOMES:  # every outcome from the start, so rate() sees the first
             self._attempts.labels(**self.labels, outcome=name)
+        self._claims = Counter(
+            "taskq_claims",
+            "Claim renames this daemon tried, by outcome: won, or lost (the task was gone: "
+            "another daemon or a cancel moved it first).",
+            (*LABELS, "outcome"),
+            registry=self.registry,
+        )
+        self._claim = {name: self._claims.labels(**self.labels, outcome=name) for name in CLAIMS}
         self.loop: LoopState | None = None
         self.last_dispatch = 0.0
         self.report: dict[str, Any] | None = None  # stats.collect's, as last counted
@@ -113,6 +122,10 @@ class Metrics:
         """An attempt started now (µs), this late (µs)."""
         self._lateness.observe(lateness / SECOND)
         self.last_dispatch = now / SECOND
+
+    def claimed(self, won: bool) -> None:
+        """A claim rename was tried: won, or lost to another daemon or a cancel."""
+        self._claim["won" if won else "lost"].inc()
 
     def ended(self, code: int | None) -> None:
         """An attempt ended with this status (None: lost; negative: a signal)."""

@@ -20,3 +20,5 @@ class Snapshot:
     offset: int
     busy: int
     due_soon: int
+    claims_won: int = 0
+    claims_lost: int = 0

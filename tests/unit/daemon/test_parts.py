@@ -56,7 +56,7 @@ class Parts:
         self.requeued: list[TaskName] = []
         self.settler = Settler(self.spool, self.commit, Backoff(), self.requeued.append)
         crew = Crew(self.spool, self.owner, self.clock, 10 * SECOND, self.commit, self.settler)
-        self.dispatcher = Dispatcher(crew, security.Policy())
+        self.dispatcher = Dispatcher(crew, security.Policy(), workers=8)
         self.attempts = Attempts(2 * SECOND, lambda fd, key: None, lambda fd: None)
         self.recovery = Recovery(crew, self.attempts)
 
