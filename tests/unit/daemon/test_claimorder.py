@@ -85,7 +85,8 @@ def test_another_daemons_task_waits_its_turn_then_is_taken(tmp_path: Path) -> No
     me = next(p.owner for p in PEERS if not orders(p.owner).mine(task.id))
     index = index_of(spool, me)
     assert index.pop_due(lambda t: t <= NOW, lambda q: True) is None  # its taker's chance
-    assert index.next_run_at() is not None and index.next_run_at() >= NOW + STEAL_AFTER
+    wake = index.next_run_at()
+    assert wake is not None and wake >= NOW + STEAL_AFTER
     later = NOW + STEAL_AFTER + 100 * MS
     assert drain(index, later) == [task]
 
@@ -124,7 +125,8 @@ def test_peers_are_the_live_dispatching_records(tmp_path: Path) -> None:
     stamp = "2027-01-15T08:00:00Z"
 
     def record(owner: str, **fields: object) -> None:
-        doc = {"owner": owner, "host": owner.split("_")[0], "updated_at": stamp}
+        doc: dict[str, object] = {"owner": owner, "host": owner.split("_")[0]}
+        doc["updated_at"] = stamp
         doc |= {"clock_check": 10.0, "workers": 8, "dispatching": True, **fields}
         (run / f"{owner}.status").write_text(json.dumps(doc))
 
