@@ -64,6 +64,7 @@ class Request:
     after: list[str] = field(default_factory=list)
     after_any: bool = False
     mail: str | None = None
+    mutex: str | None = None
 
     def body(
         self, argv: Sequence[str], now: int, changes: Mapping[str, Any] | None = None

@@ -105,11 +105,16 @@ def check_token(kind: str, text: str) -> str:
     return text
 
 
-def check_queue(text: str) -> str:
-    """Validate a queue name: letters, digits, '.', '-'; at most 64."""
+def check_queue(text: str, kind: str = "queue") -> str:
+    """Validate a queue (or mutex) name: letters, digits, '.', '-'; at most 64."""
     if _QUEUE.fullmatch(text) is None:
-        raise BadInput(f"bad queue {text!r}: use letters, digits, '.' or '-' (max 64)")
+        raise BadInput(f"bad {kind} {text!r}: use letters, digits, '.' or '-' (max 64)")
     return text
+
+
+def check_mutex(text: str) -> str:
+    """Validate a mutex name (--mutex): as a queue name, since slot files carry it."""
+    return check_queue(text, "mutex")
 
 
 def bucket_of(run_at: int) -> str:
@@ -347,6 +352,7 @@ class TaskBody:
     after: list[str] = field(default_factory=list)  # ids of tasks it waits for (--after)
     after_any: bool = False  # run however they ended (--after-any), not only if all are done
     mail: str | None = None  # --mail: failure, always or never; None: as MAILTO says
+    mutex: str | None = None  # --mutex: at most one attempt holding it runs, cluster-wide
 
     def to_json(self) -> bytes:
         """Serialise to the on-disk JSON form (documented in taskq-spool(5)), once.
@@ -383,6 +389,8 @@ class TaskBody:
             doc["after_mode"] = "any" if self.after_any else "ok"
         if self.mail is not None:
             doc["mail"] = self.mail
+        if self.mutex is not None:
+            doc["mutex"] = self.mutex
         return layout(doc)
 
     @classmethod
@@ -427,6 +435,7 @@ class TaskBody:
             after=_after(doc),
             after_any=_choice(doc, "after_mode", ("ok", "any"), "ok") == "any",
             mail=_opt_choice(doc, "mail", MAIL_MODES),
+            mutex=None if doc.get("mutex") is None else check_mutex(_str(doc, "mutex")),
         )
 
 

@@ -130,6 +130,7 @@ body_strategy = st.builds(
     timeout=st.none() | st.integers(min_value=1, max_value=10**12),
     expires=st.none() | st.integers(min_value=1, max_value=10**12),
     stdin=st.none() | st.binary(max_size=256),
+    mutex=st.none() | st.from_regex(r"[A-Za-z0-9][A-Za-z0-9.-]{0,20}", fullmatch=True),
 )
 
 
@@ -189,6 +190,10 @@ def test_garbage_bodies_are_corrupt_not_crashes(data: bytes) -> None:
         ("env", {"A": 1}),
         ("umask", "0999"),
         ("umask", 18),
+        ("mutex", "a_b"),
+        ("mutex", ""),
+        ("mutex", 7),
+        ("mutex", "x" * 65),
     ],
 )
 def test_wrong_field_types_are_corrupt(field: str, value: object) -> None:
@@ -196,6 +201,14 @@ def test_wrong_field_types_are_corrupt(field: str, value: object) -> None:
     doc[field] = value
     with pytest.raises(CorruptFile):
         TaskBody.from_json(json.dumps(doc).encode())
+
+
+def test_a_mutex_is_written_only_when_given() -> None:
+    plain = TaskBody(new_id(0), ["true"], 0, 0)
+    assert b"mutex" not in plain.to_json()
+    held = TaskBody(new_id(0), ["true"], 0, 0, mutex="db-migrate")
+    assert json.loads(held.to_json())["mutex"] == "db-migrate"
+    assert TaskBody.from_json(held.to_json()).mutex == "db-migrate"
 
 
 def test_ids_of_one_process_only_increase() -> None:
