@@ -83,7 +83,8 @@ from taskq.times.timespec import parse_duration
     type=QUEUE_LIMIT,
     multiple=True,
     metavar="NAME=N",
-    help="Run at most N attempts of queue NAME at once (repeatable).",
+    help="Run at most N attempts of queue NAME at once, across every daemon of the spool "
+    "(repeatable; over config.toml's [queues.NAME] limit).",
 )
 @click.option(
     "--doorbell-poll",

@@ -29,6 +29,7 @@ from taskq.spool.task import (
     MAX_STDIN,
     TaskBody,
     check_id,
+    check_mutex,
     check_queue,
 )
 from taskq.times.clock import wall_us
@@ -123,6 +124,12 @@ from taskq.times.timespec import format_iso
     help="Mail the submitter (or MAILTO) when the task fails, always or never "
     "[default: failure if MAILTO is set, else never].",
 )
+@click.option(
+    "--mutex",
+    metavar="NAME",
+    help="At most one attempt holding NAME runs at a time, on any daemon of the spool; "
+    "the others wait, in run time order.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the id.")
 @click.argument("command", nargs=-1)
 @click.pass_context
@@ -198,6 +205,7 @@ def _request(opts: dict[str, Any], now: int) -> request.Request:
         after=opts["after"],
         after_any=not opts["after_ok"],
         mail=opts["mail"],
+        mutex=None if opts["mutex"] is None else check_mutex(opts["mutex"]),
     )
 
 

@@ -5,7 +5,7 @@ command (a list of strings; required), run_at (WHEN, or epoch seconds as a
 number) or in (DURATION, or seconds as a number), queue, key,
 max_attempts, timeout, expires (DURATION or seconds), env (an object of
 strings, merged over the defaults), payload (text for the command's
-standard input) or payload_base64, and cwd. Fields a line leaves out take
+standard input) or payload_base64, cwd and mutex. Fields a line leaves out take
 the values given on the command line. Every line is validated before any
 task is accepted; a bad line is reported by its number. This module checks
 the JSON types; what a request may ask for is request.py's to say.
@@ -22,7 +22,7 @@ from typing import Any
 from taskq.client import request
 from taskq.client.request import Request
 from taskq.errors import BadInput
-from taskq.spool.task import TaskBody, check_queue
+from taskq.spool.task import TaskBody, check_mutex, check_queue
 from taskq.times.timespec import MAX_DURATION, SECOND, parse_duration
 
 FIELDS = frozenset(
@@ -39,6 +39,7 @@ FIELDS = frozenset(
         "payload",
         "payload_base64",
         "cwd",
+        "mutex",
     }
 )
 
@@ -90,6 +91,8 @@ def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
         fields["queue"] = check_queue(_string("queue", doc["queue"]))
     if "key" in doc:
         fields["key"] = _string("key", doc["key"])
+    if "mutex" in doc:
+        fields["mutex"] = check_mutex(_string("mutex", doc["mutex"]))
     if "max_attempts" in doc:
         fields["max_attempts"] = _attempts(doc["max_attempts"])
     if "env" in doc:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 from taskq.daemon.attempts import Prepared
 from taskq.daemon.claimorder import ClaimOrder
+from taskq.daemon.clusterlimits import ClusterLimits
 from taskq.daemon.crew import Crew, Part
 from taskq.daemon.dueindex import DueIndex
 from taskq.daemon.policy import expired
@@ -42,14 +43,16 @@ class QueueCaps:
         default: int,
         busy: Iterable[str],
         paused: frozenset[str] = frozenset(),
+        cluster: Callable[[str], bool] = lambda queue: True,
     ) -> None:
         self.limits = limits
         self.default = default
         self.busy = collections.Counter(busy)
         self.paused = paused
+        self.cluster = cluster  # the cluster-wide slots leave room (clusterlimits.py)
 
     def open(self, queue: str) -> bool:
-        if queue in self.paused:
+        if queue in self.paused or not self.cluster(queue):
             return False
         return not self.limits or self.busy[queue] < self.limits.get(queue, self.default)
 
@@ -63,9 +66,11 @@ class Dispatcher(Part):
         run_policy: security.Policy,
         workers: int,
         on_claim: Callable[[bool], None] = lambda won: None,
+        limits: ClusterLimits | None = None,
     ) -> None:
         super().__init__(crew)
         self.run_policy = run_policy
+        self.limits = limits or ClusterLimits(crew, {}, {}, lambda path, why: None)
         self.order = ClaimOrder(f"{self.owner.host}_{self.owner.pid}", workers)
         self.index = DueIndex(self.spool, self.order)
         self.pauses = Pauses(self.spool)
@@ -140,11 +145,16 @@ class Dispatcher(Part):
             return self.clock.earliest_start(run_at) <= horizon
 
         relisted = False
+        self.limits.look(now)
+        waiting: list[TaskName] = []
         while len(prepared) < free:
             picked = self.index.pop_due(due, caps.open)
             if picked is None:
                 break
             name, path = picked
+            if not self.limits.may_try(name):
+                waiting.append(name)  # its mutex is busy: not worth a claim
+                continue
             held = self._claim(path, name, expiry, now)
             if held is _LOST and not self.order.mine(name.id):
                 # Another's task, taken already: what we know of the others' tasks
@@ -159,6 +169,8 @@ class Dispatcher(Part):
             if ready is not None:
                 prepared.append(ready)
                 caps.busy[ready.body.queue] += 1
+        for name in waiting:
+            self.index.push(name)
         return prepared
 
     def _claim(self, path: str, name: TaskName, expiry: int, now: int) -> ClaimName | object:
@@ -195,9 +207,14 @@ class Dispatcher(Part):
             expired_at = format_iso(deadline)
             self.settler.finish(held, "failed", now, body, event="expired", deadline=expired_at)
             return None
+        why = self.limits.acquire(held, body, now)
+        if why is not None:
+            self.settler.release(held, now, why)
+            return None
         try:
             held = transitions.start(self.spool, held, self.commit.touched)
         except FileNotFoundError:
+            self.limits.release(body.id)
             return None  # cancelled between claim and start: it must not run
         crash_point("daemon.started")
         return Prepared(held, body, user, self.clock.mono())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable
 
@@ -165,6 +166,7 @@ class Daemon(Parts):
         for run, code in self.attempts.reap():
             crash_point("daemon.reaped")
             self.settler.ended(run, code, now, (mono - run.started_mono) / SECOND)
+            self.limits.release(run.body.id)
         if mono >= self.next["poll"]:
             for run in self.attempts.polled():
                 self.recovery.settle_adopted(run.body.id, now)
@@ -180,8 +182,22 @@ class Daemon(Parts):
             return
         self.next["renew"] = mono + self.cfg.lease // 3
         self.recovery.renew(now, mono)
+        self._keep_slots(now, mono)
         mine = self.attempts.ids() | {p.claim.task.id for p in self.prepared}
         self.recovery.scan(now, mono, self.guard.ok, mine)
+        self.limits.sweep(self.attempts.ids() | {p.claim.task.id for p in self.prepared})
+        self.limits.reclaim(now, self.guard.ok)
+
+    def _keep_slots(self, now: int, mono: int) -> None:
+        """Renew our cluster-wide slots; an attempt whose slot was taken from us is killed."""
+        lost = set(self.limits.renew(now))
+        for run in self.attempts.all():
+            if run.body.id in lost and not run.lost:
+                run.notes.append("killed: its limit's slot was taken over (its lease expired)")
+                log.warning(
+                    "lost the slot of %s; killing attempt %d", run.body.id, run.claim.task.attempt
+                )
+                self.attempts.signal(run, signal.SIGKILL, mono)
 
     def _find_due_work(self, now: int) -> None:
         """Rescan when asked (doorbell, safety net, index drained), then claim due tasks."""
@@ -208,7 +224,7 @@ class Daemon(Parts):
         busy = [r.body.queue for r in self.attempts.all()]
         busy += [p.body.queue for p in self.prepared]
         paused = self.dispatcher.pauses.held(self.clock.now())
-        return QueueCaps(self.cfg.queue_limits, self.cfg.workers, busy, paused)
+        return QueueCaps(self.cfg.queue_limits, self.cfg.workers, busy, paused, self.limits.open)
 
     # -- the clock and health -----------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from taskq.daemon import runner
@@ -35,10 +36,16 @@ log = logging.getLogger("taskq")
 class Recovery(Part):
     """Lease renewal and the takeover of claims whose owner is gone."""
 
-    def __init__(self, crew: Crew, attempts: Attempts) -> None:
+    def __init__(
+        self,
+        crew: Crew,
+        attempts: Attempts,
+        on_taken: Callable[[str, int], None] = lambda task_id, now: None,
+    ) -> None:
         super().__init__(crew)
         self.attempts = attempts
         self.touched = self.commit.touched
+        self.on_taken = on_taken  # a started claim is ours now: so are its slots
 
     def renew(self, now: int, mono: int) -> None:
         """Extend the lease of every attempt we still own."""
@@ -149,6 +156,7 @@ class Recovery(Part):
         if held.phase == "claimed":
             self.settler.release(held, now, "claimed but never started")
             return
+        self.on_taken(held.task.id, now)
         body = self._read_body(transitions.claim_path(self.spool, held), now)
         if body is not None:
             self._adopt(held, body, old, now, mono)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from taskq.daemon.aftermath import Aftermath
 from taskq.daemon.attempts import Attempts
 from taskq.daemon.clockguard import ClockGuard
+from taskq.daemon.clusterlimits import ClusterLimits
 from taskq.daemon.commit import GroupCommit
 from taskq.daemon.crew import Crew
 from taskq.daemon.dispatch import Dispatcher
@@ -71,10 +72,16 @@ class Parts:
             on_attempt_end=self.metrics.ended,
         )
         crew = Crew(spool, owner, clock, settings.lease, self.commit, self.settler)
-        self.dispatcher = Dispatcher(
-            crew, spool_config.security, settings.workers, self.metrics.claimed
+        self.limits = ClusterLimits(
+            crew,
+            {**spool_config.queue_limits(), **settings.queue_limits},
+            spool_config.queue_rates(),
+            lambda path, why: self.settler.quarantine(path, why, clock.now()),
         )
-        self.recovery = Recovery(crew, self.attempts)
+        self.dispatcher = Dispatcher(
+            crew, spool_config.security, settings.workers, self.metrics.claimed, self.limits
+        )
+        self.recovery = Recovery(crew, self.attempts, self.limits.taken_over)
         self.housekeeper = Housekeeper(
             spool, clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done
         )

@@ -41,6 +41,13 @@ class Notify(NamedTuple):
     timeout: int = 30 * SECOND
 
 
+class QueueSettings(NamedTuple):
+    """A [queues.NAME] table: limits that hold across every daemon of the spool."""
+
+    limit: int | None = None  # attempts of the queue running at once
+    rate: tuple[int, int] | None = None  # (starts, per this many µs)
+
+
 class Limits(NamedTuple):
     """The [limits] table; zero or absent means no limit."""
 
@@ -84,6 +91,40 @@ class SpoolConfig:
         return Policy(allow=allow, deny=deny or frozenset())
 
     @functools.cached_property
+    def queues(self) -> dict[str, QueueSettings]:
+        """The [queues.NAME] tables: limit = N, rate = "N/PERIOD"."""
+        table = self.doc.get("queues", {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{self.path}: [queues] must hold one table per queue")
+        return {self._queue_name(name): self._queue(name, t) for name, t in table.items()}
+
+    def queue_limits(self) -> dict[str, int]:
+        """Each queue's limit of attempts at once, from its [queues.NAME] table."""
+        return {q: s.limit for q, s in self.queues.items() if s.limit is not None}
+
+    def queue_rates(self) -> dict[str, tuple[int, int]]:
+        """Each queue's rate, (starts, per period in µs), from its [queues.NAME] table."""
+        return {q: s.rate for q, s in self.queues.items() if s.rate is not None}
+
+    def _queue_name(self, name: str) -> str:
+        from taskq.spool.task import check_queue
+
+        try:
+            return check_queue(name)
+        except TaskqError as e:
+            raise ConfigError(f"{self.path}: [queues.{name}]: {e}") from None
+
+    def _queue(self, name: str, table: Any) -> QueueSettings:
+        where = f"{self.path}: queues.{name}"
+        if not isinstance(table, dict) or set(table) - {"limit", "rate"}:
+            raise ConfigError(f"{where}: takes only limit and rate")
+        limit = table.get("limit")
+        if limit is not None and (type(limit) is not int or not 1 <= limit <= MAX_LIMIT):
+            raise ConfigError(f"{where}.limit must be a whole number from 1 to {MAX_LIMIT}")
+        rate = table.get("rate")
+        return QueueSettings(limit, None if rate is None else _rate(where, rate))
+
+    @functools.cached_property
     def notify(self) -> Notify | None:
         """The [notify] table: command = [argv], on = [states], timeout; None if absent."""
         table = self.doc.get("notify")
@@ -110,6 +151,22 @@ def _duration(where: str, value: Any) -> int:
     if isinstance(value, bool) or us <= 0:
         raise ConfigError(f'{where}.timeout must be a duration above zero, e.g. "30s"')
     return us
+
+
+MAX_LIMIT = 10_000  # slots of one limit (spool/slots.py names them with four digits at most)
+_RATE = Lazy(r"\s*(\d+)\s*/\s*(\S.*?)\s*")
+
+
+def _rate(where: str, value: Any) -> tuple[int, int]:
+    """A rate: "N/PERIOD", e.g. "10/1m": at most N starts in any PERIOD."""
+    m = _RATE.fullmatch(value) if isinstance(value, str) else None
+    try:
+        count, period = (int(m.group(1)), parse_duration(m.group(2))) if m else (0, 0)
+    except TaskqError:
+        count, period = 0, 0
+    if not (1 <= count <= MAX_LIMIT and period > 0):
+        raise ConfigError(f'{where}.rate must be "N/PERIOD", N from 1 to {MAX_LIMIT}, e.g. "10/1m"')
+    return count, period
 
 
 def load(root: str) -> SpoolConfig:

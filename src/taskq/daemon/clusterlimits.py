@@ -1,0 +1,233 @@
+"""Limits that hold across every daemon of a spool: queue limits, mutexes and rates.
+
+Each limit is a set of slot tokens in SPOOL/slots/ (spool/slots.py), taken
+by the same kind of compare-and-swap rename as a task's claim, so that it
+holds across hosts with no lock server. A daemon takes an attempt's slots
+after claiming and reading its task, before marking it started; what cannot
+get its slots goes back to pending. A queue or mutex slot is leased like
+the claim (same expiry, renewed with it) and given back when the attempt
+ends; a daemon that dies holding one loses it with its lease. A rate slot
+is held for the period after the start it allowed, then reclaimed by
+whoever finds it expired.
+
+Tasks waiting for a busy mutex leave a ticket, and a mutex is taken only
+for the oldest waiting task, so that waiters start in run time order. This
+part keeps in memory which slots this daemon holds and which tasks it saw
+waiting; the spool holds the truth.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from collections.abc import Callable, Iterable
+
+from taskq.daemon.crew import Crew, Part
+from taskq.spool import fsutil, rundir, slots
+from taskq.spool.slots import Lease, Listing, Slot, Ticket
+from taskq.spool.task import ClaimName, TaskBody, TaskName
+
+log = logging.getLogger("taskq")
+Held = tuple[Slot, Lease]
+
+
+class ClusterLimits(Part):
+    """This daemon's side of the cluster-wide limits."""
+
+    def __init__(
+        self,
+        crew: Crew,
+        limits: dict[str, int],
+        rates: dict[str, tuple[int, int]],
+        quarantine: Callable[[str, str], None],
+    ) -> None:
+        super().__init__(crew)
+        self.limits = limits  # queue -> attempts at once, cluster-wide
+        self.rates = rates  # queue -> (starts, per period in µs)
+        self.quarantine = quarantine
+        self.held: dict[str, list[Held]] = {}  # by task id: queue and mutex slots
+        self.waiting: dict[str, str] = {}  # task id -> the mutex it waits for
+        self.view = Listing(frozenset(), (), ())
+        self._offset = zlib.crc32(f"{self.owner.host}_{self.owner.pid}".encode())
+
+    # -- what may be tried -----------------------------------------------
+
+    def look(self, now: int) -> None:
+        """List slots/ again (once per dispatch turn, when any limit is in play)."""
+        if not (self.limits or self.rates or self.waiting or self.held):
+            return
+        self.view = slots.listing(self.spool)
+        for entry in self.view.bad:
+            self.quarantine(os.path.join(self.spool.slots, entry), "not a slot or ticket name")
+        self._drop_stale_tickets()
+
+    def open(self, queue: str) -> bool:
+        """Whether the queue's cluster-wide slots, as last listed, leave room for a start."""
+        limit = self.limits.get(queue)
+        if limit is not None and self.view.in_use("queue", queue) >= limit:
+            return False
+        rate = self.rates.get(queue)
+        return (
+            rate is None or self.view.in_use("rate", queue) < rate[0] or self._expired_rate(queue)
+        )
+
+    def may_try(self, name: TaskName) -> bool:
+        """Whether to claim a task: not one seen waiting for a mutex that is still busy."""
+        mutex = self.waiting.get(name.id)
+        if mutex is None:
+            return True
+        if Slot("mutex", mutex, 0) in self.view.held:
+            return False
+        oldest = self.view.oldest_waiting(mutex)
+        return oldest is None or oldest.id == name.id
+
+    # -- taking and giving back ------------------------------------------
+
+    def acquire(self, held: ClaimName, body: TaskBody, now: int) -> str | None:
+        """Take the slots a claimed attempt needs; None, or why it must wait."""
+        lease = slots.lease_for(body.id, self.expiry(now), self.owner.pid, self.owner.host)
+        got: list[Held] = []
+        why = None
+        if body.queue in self.limits:
+            why = self._take_one("queue", body.queue, self.limits[body.queue], lease, got)
+        if why is None and body.mutex is not None:
+            why = self._take_mutex(held.task, body.mutex, lease, got)
+        if why is None and body.queue in self.rates:
+            count, period = self.rates[body.queue]
+            rate_lease = lease._replace(expiry=self.clock.reference(now) + period)
+            why = self._take_one("rate", body.queue, count, rate_lease, [])
+        if why is not None:
+            for slot, mine in got:
+                slots.give_back(self.spool, slot, mine)
+            self.view = slots.listing(self.spool)
+            return why
+        if got:
+            self.held[body.id] = got
+        self.waiting.pop(body.id, None)
+        return None
+
+    def _take_one(
+        self, kind: str, name: str, count: int, lease: Lease, got: list[Held]
+    ) -> str | None:
+        for i in range(count):
+            slot = Slot(kind, name, (self._offset + i) % count)
+            if slot in self.view.held and not self._free_if_expired(slot):
+                continue
+            if slots.take(self.spool, slot, lease):
+                got.append((slot, lease))
+                return None
+        what = "starts per period" if kind == "rate" else "attempts at once"
+        return f"queue {name} is at its limit of {count} {what} across the spool"
+
+    def _take_mutex(self, task: TaskName, mutex: str, lease: Lease, got: list[Held]) -> str | None:
+        oldest = self.view.oldest_waiting(mutex)
+        slot = Slot("mutex", mutex, 0)
+        first = oldest is None or (oldest.run_at, oldest.id) >= (task.run_at, task.id)
+        free = slot not in self.view.held or self._free_if_expired(slot)
+        if first and free and slots.take(self.spool, slot, lease):
+            got.append((slot, lease))
+            slots.unwait(self.spool, Ticket(mutex, task))
+            return None
+        slots.wait(self.spool, Ticket(mutex, task))
+        self.waiting[task.id] = mutex
+        return f"waits for mutex {mutex}"
+
+    def release(self, task_id: str) -> None:
+        """Give back the queue and mutex slots held for an attempt that ended."""
+        gave = False
+        for slot, lease in self.held.pop(task_id, []):
+            gave = slots.give_back(self.spool, slot, lease) or gave
+        if gave:
+            self.spool.ring()  # waiters on other hosts hear of it at their next poll
+
+    def sweep(self, live: Iterable[str]) -> None:
+        """Give back what is held for attempts no longer running or prepared here."""
+        for task_id in set(self.held) - set(live):
+            self.release(task_id)
+
+    # -- leases ----------------------------------------------------------
+
+    def renew(self, now: int) -> list[str]:
+        """Extend the leases of our slots; the ids of attempts whose slot was taken from us."""
+        lost = []
+        expiry = self.expiry(now)
+        for task_id, held in self.held.items():
+            for i, (slot, lease) in enumerate(held):
+                new = lease._replace(expiry=expiry)
+                try:
+                    slots.renew(self.spool, slot, lease, new)
+                    held[i] = (slot, new)
+                except FileNotFoundError:
+                    lost.append(task_id)
+        for task_id in lost:
+            self.held.pop(task_id, None)
+        return lost
+
+    def taken_over(self, task_id: str, now: int) -> None:
+        """We took over an attempt's claim: take over the slots its old owner held for it."""
+        mine = slots.lease_for(task_id, self.expiry(now), self.owner.pid, self.owner.host)
+        for slot in slots.listing(self.spool).held:
+            lease = self._lease(slot)
+            if lease is None or lease.task_id != task_id or slot.kind == "rate":
+                continue
+            try:
+                slots.renew(self.spool, slot, lease, mine)
+            except FileNotFoundError:
+                continue
+            self.held.setdefault(task_id, []).append((slot, mine))
+
+    def reclaim(self, now: int, trusted: bool) -> None:
+        """Free the slots whose lease expired, or whose daemon died on this host."""
+        for slot in slots.listing(self.spool).held:
+            lease = self._lease(slot)
+            if lease is None:
+                slots.drop_empty(self.spool, slot)
+                continue
+            mine = lease.owner == f"{self.owner.host}_{self.owner.pid}"
+            abandoned = not mine and self._abandoned(lease, now, trusted)
+            if abandoned and slots.give_back(self.spool, slot, lease):
+                log.info("freed slot %s of %s: its lease ended", slot, lease.owner)
+                self.spool.ring()
+
+    def _abandoned(self, lease: Lease, now: int, trusted: bool) -> bool:
+        if lease.host == self.owner.host and not rundir.owner_alive(self.spool.run, lease.owner):
+            return True
+        return trusted and self.clock.may_start(lease.expiry, now)
+
+    def _free_if_expired(self, slot: Slot) -> bool:
+        """Reclaim one held slot on the spot if its lease has surely expired."""
+        lease = self._lease(slot)
+        now = self.clock.now()
+        if lease is None or not self.clock.may_start(lease.expiry, now):
+            return lease is None
+        return slots.give_back(self.spool, slot, lease)
+
+    def _expired_rate(self, queue: str) -> bool:
+        count = self.rates[queue][0]
+        return any(self._free_if_expired(Slot("rate", queue, i)) for i in range(count))
+
+    def _lease(self, slot: Slot) -> Lease | None:
+        try:
+            return slots.lease_of(self.spool, slot)
+        except ValueError as e:
+            self.quarantine(os.path.join(self.spool.slots, str(slot)), str(e))
+            return None
+
+    def _drop_stale_tickets(self) -> None:
+        """A free mutex's oldest ticket whose task is neither pending nor claimed waits for nothing.
+
+        (A claimed one is being tried by some daemon right now: it keeps its place.)
+        """
+        seen: set[str] = set()
+        for ticket in self.view.tickets:
+            if ticket.mutex in seen or Slot("mutex", ticket.mutex, 0) in self.view.held:
+                continue
+            seen.add(ticket.mutex)
+            path = f"{self.spool.bucket_dir(ticket.task.bucket)}/{ticket.task}"
+            prefix = f"{ticket.task}_"
+            claimed = any(e.startswith(prefix) for e in fsutil.listdir(self.spool.claimed))
+            if not claimed and not os.path.lexists(path):
+                slots.unwait(self.spool, ticket)
+                self.view = slots.listing(self.spool)
+                return  # the next look goes on with the next one

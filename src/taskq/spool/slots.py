@@ -1,0 +1,227 @@
+"""Slot tokens in SPOOL/slots/: cluster-wide limits made of the spool's own renames.
+
+A limit of N on something (a queue's running attempts, a mutex, a queue's
+starts per period) is N slots, KIND_NAME_I for I in 0..N-1, KIND one of
+`queue`, `mutex`, `rate`. A slot is free while no entry of that name
+exists, and held while a directory of that name holds exactly one lease
+file, TASKID_EXPIRY_PID_HOST: the attempt it is held for, until when, and
+by which daemon.
+
+* Take: make tmp/slot-RANDOM/ with the lease file in it, then rename(2)
+  the directory to slots/KIND_NAME_I. rename onto a directory that is not
+  empty fails (ENOTEMPTY or EEXIST) on every POSIX filesystem, NFS and
+  FUSE included, and needs no RENAME_NOREPLACE: exactly one taker wins a
+  free slot. (An empty directory of that name, which only a crash between
+  the two steps of a release leaves, is replaced.)
+* Renew: rename the lease file to the same name with a later expiry.
+* Give back, and reclaim an expired lease: rename the exact lease file out
+  to tmp/ (the compare-and-swap: one actor wins, a renamed or renewed
+  lease is ENOENT), then rmdir the emptied slot.
+* Hand over (a daemon adopting an orphaned attempt): rename the lease file
+  to the new owner's name, in place.
+
+A rate slot's lease runs for the period from the start it allowed and is
+never renewed nor given back: it is free again once expired and reclaimed.
+
+Waiting for a mutex: a ticket, slots/wait_MUTEX_TASKNAME (an empty file,
+made with O_EXCL), says that task waits for that mutex; a daemon takes the
+mutex only for the oldest waiting task (by run time, then id).
+
+Nothing here judges time; callers decide expiry with their clock's
+uncertainty. Every reader refuses a name it did not write (ValueError), so
+that the daemon quarantines it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import secrets
+from typing import NamedTuple
+
+from taskq.spool import fsutil
+from taskq.spool.layout import Spool
+from taskq.spool.task import TaskName, check_queue, check_token, valid_id
+from taskq.times.timespec import format_compact, parse_compact
+
+KINDS = ("queue", "mutex", "rate")
+MAX_SLOTS = 10_000  # the most slots one limit may have (I has at most four digits)
+_SLOT = re.compile(r"(queue|mutex|rate)_([A-Za-z0-9][A-Za-z0-9.-]{0,63})_(0|[1-9]\d{0,3})")
+_LEASE = re.compile(
+    r"([0-9A-HJKMNP-TV-Z]{26})_(\d{8}T\d{6}\.\d{6}Z)_([1-9]\d{0,9})_([A-Za-z0-9][A-Za-z0-9._-]{0,63})"
+)
+_WAIT = re.compile(r"wait_([A-Za-z0-9][A-Za-z0-9.-]{0,63})_(.+)")
+
+
+class Slot(NamedTuple):
+    kind: str
+    name: str  # a queue's or a mutex's name
+    number: int
+
+    def __str__(self) -> str:
+        return f"{self.kind}_{self.name}_{self.number}"
+
+    @classmethod
+    def parse(cls, entry: str) -> Slot:
+        m = _SLOT.fullmatch(entry)
+        if m is None:
+            raise ValueError(f"not a slot name: {entry!r}")
+        return cls(m.group(1), m.group(2), int(m.group(3)))
+
+
+class Lease(NamedTuple):
+    """Who holds a slot: for which task, until when (µs), which daemon."""
+
+    task_id: str
+    expiry: int
+    pid: int
+    host: str
+
+    def __str__(self) -> str:
+        return f"{self.task_id}_{format_compact(self.expiry)}_{self.pid}_{self.host}"
+
+    @property
+    def owner(self) -> str:
+        return f"{self.host}_{self.pid}"
+
+    @classmethod
+    def parse(cls, entry: str) -> Lease:
+        m = _LEASE.fullmatch(entry)
+        if m is None or not valid_id(m.group(1)):
+            raise ValueError(f"not a slot lease name: {entry!r}")
+        return cls(m.group(1), parse_compact(m.group(2)), int(m.group(3)), m.group(4))
+
+
+class Ticket(NamedTuple):
+    """A task waiting for a mutex."""
+
+    mutex: str
+    task: TaskName
+
+    def __str__(self) -> str:
+        return f"wait_{self.mutex}_{self.task}"
+
+    @classmethod
+    def parse(cls, entry: str) -> Ticket:
+        m = _WAIT.fullmatch(entry)
+        if m is None:
+            raise ValueError(f"not a mutex ticket name: {entry!r}")
+        return cls(check_mutex_name(m.group(1)), TaskName.parse(m.group(2)))
+
+
+def check_mutex_name(text: str) -> str:
+    try:
+        return check_queue(text, "mutex")
+    except Exception as e:  # BadInput: a name of another form is no ticket of ours
+        raise ValueError(str(e)) from None
+
+
+class Listing(NamedTuple):
+    """What slots/ holds, by its names alone: the slots in use, the tickets, and bad names."""
+
+    held: frozenset[Slot]
+    tickets: tuple[Ticket, ...]  # oldest task first
+    bad: tuple[str, ...]
+
+    def in_use(self, kind: str, name: str) -> int:
+        return sum(1 for s in self.held if s.kind == kind and s.name == name)
+
+    def oldest_waiting(self, mutex: str) -> TaskName | None:
+        return next((t.task for t in self.tickets if t.mutex == mutex), None)
+
+
+def slots_dir(spool: Spool) -> str:
+    return spool.slots
+
+
+def listing(spool: Spool) -> Listing:
+    """One listing of slots/ (a missing directory is an empty one)."""
+    held, tickets, bad = set(), [], []
+    for entry in fsutil.listdir(slots_dir(spool)):
+        if entry.startswith("."):
+            continue
+        try:
+            if entry.startswith("wait_"):
+                tickets.append(Ticket.parse(entry))
+            else:
+                held.add(Slot.parse(entry))
+        except ValueError:
+            bad.append(entry)
+    tickets.sort(key=lambda t: (t.task.run_at, t.task.id))
+    return Listing(frozenset(held), tuple(tickets), tuple(bad))
+
+
+def lease_of(spool: Spool, slot: Slot) -> Lease | None:
+    """The lease in a held slot; None if it is free or being given back; ValueError if bad."""
+    found = fsutil.listdir(os.path.join(slots_dir(spool), str(slot)))
+    if not found:
+        return None
+    if len(found) != 1:
+        raise ValueError(f"slot {slot} holds {len(found)} files, not one lease")
+    return Lease.parse(found[0])
+
+
+def take(spool: Spool, slot: Slot, lease: Lease) -> bool:
+    """Take a free slot with this lease; False if it is held."""
+    fsutil.ensure_dir(slots_dir(spool), 0o700)
+    tmp = os.path.join(spool.tmp, f"slot-{secrets.token_hex(8)}")
+    os.mkdir(tmp, 0o700)
+    fd = os.open(os.path.join(tmp, str(lease)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)
+    try:
+        os.rename(tmp, os.path.join(slots_dir(spool), str(slot)))
+        return True
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EBUSY):  # else: held
+            raise
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(tmp, str(lease)))
+            os.rmdir(tmp)
+
+
+def renew(spool: Spool, slot: Slot, old: Lease, new: Lease) -> None:
+    """Extend or hand over a lease in place; FileNotFoundError if it is no longer that one."""
+    where = os.path.join(slots_dir(spool), str(slot))
+    fsutil.rename_cas(os.path.join(where, str(old)), os.path.join(where, str(new)), unique=True)
+
+
+def give_back(spool: Spool, slot: Slot, lease: Lease) -> bool:
+    """Free a slot held with exactly this lease (ours, or an expired one); False if it was not."""
+    where = os.path.join(slots_dir(spool), str(slot))
+    gone = os.path.join(spool.tmp, f"slot-{secrets.token_hex(8)}-{lease}")
+    try:
+        os.rename(os.path.join(where, str(lease)), gone)
+    except FileNotFoundError:
+        return False
+    with contextlib.suppress(OSError):  # ENOTEMPTY: taken again already
+        os.rmdir(where)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(gone)
+    return True
+
+
+def drop_empty(spool: Spool, slot: Slot) -> None:
+    """Remove a slot directory a crash left empty (safe: rmdir fails on a held one)."""
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.join(slots_dir(spool), str(slot)))
+
+
+def wait(spool: Spool, ticket: Ticket) -> None:
+    """Say that a task waits for a mutex (idempotent)."""
+    fsutil.ensure_dir(slots_dir(spool), 0o700)
+    with contextlib.suppress(FileExistsError):
+        path = os.path.join(slots_dir(spool), str(ticket))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def unwait(spool: Spool, ticket: Ticket) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(slots_dir(spool), str(ticket)))
+
+
+def lease_for(task_id: str, expiry: int, pid: int, host: str) -> Lease:
+    return Lease(task_id, expiry, pid, check_token("host id", host))

@@ -1,0 +1,173 @@
+"""Limits that hold across daemons: a queue limit, a mutex and a rate, on local and GlusterFS.
+
+Three daemons share one spool (on GlusterFS, each through its own FUSE
+client, standing for one host). Each task appends its start and its end to
+a stamps file with the real clock; the tests count, from those stamps
+alone, how many attempts ran at once. One test kills a daemon with SIGKILL
+while it holds slots: its attempts go on as orphans, and its slots stay
+held until its leases expire, so the limit still holds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import Daemon, Taskq, kill_all, wait_for
+from substrates import GlusterBed
+
+pytest_plugins = ["substrates"]
+
+
+@dataclass
+class Bed:
+    hosts: list[Taskq]
+    logs: Path
+
+
+@pytest.fixture(params=["local", "gluster"])
+def bed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bed]:
+    if request.param == "local":
+        roots = [tmp_path / "spool"] * 3
+    else:
+        gluster: GlusterBed = request.getfixturevalue("gluster")
+        roots = [d / "spool" for d in gluster.fresh_dir("limits")]
+    yield Bed([Taskq(r) for r in roots], tmp_path)
+
+
+@pytest.fixture
+def daemons(bed: Bed) -> Iterator[Callable[..., Daemon]]:
+    started: list[Daemon] = []
+
+    def start(i: int, *args: str) -> Daemon:
+        host = f"host{i}-{len(started)}"
+        d = Daemon(bed.hosts[i % 3], bed.logs / f"{host}.log", "--host-id", host, *args)
+        started.append(d)
+        return d
+
+    yield start
+    kill_all(started)
+
+
+def stamped(stamps: Path, seconds: float) -> list[str]:
+    """A command that records 'ID start EPOCH', works for a while, then 'ID end EPOCH'."""
+    line = 'echo "$TASKQ_ID $1 $(date +%s.%N)" >> ' + str(stamps)
+    return ["sh", "-c", f"set -- start; {line}; sleep {seconds}; set -- end; {line}", "sh"]
+
+
+def submit(tq: Taskq, argv: list[str], n: int, due: float, **fields: str) -> list[str]:
+    lines = [json.dumps({"command": argv, "run_at": f"@{due:.6f}", **fields})] * n
+    out = tq.run("submit", "--batch", "-", input="\n".join(lines).encode()).stdout
+    return out.decode().split()
+
+
+def intervals(stamps: Path) -> dict[str, tuple[float, float]]:
+    """Each finished attempt's (start, end), by task id (a task that ran twice: its last)."""
+    starts: dict[str, float] = {}
+    spans: dict[str, tuple[float, float]] = {}
+    if not stamps.exists():
+        return spans
+    for line in stamps.read_text().splitlines():
+        task_id, what, when = line.split()
+        if what == "start":
+            starts[task_id] = float(when)
+        elif task_id in starts:
+            spans[task_id] = (starts[task_id], float(when))
+    return spans
+
+
+def most_at_once(stamps: Path) -> int:
+    """The most attempts whose start and end stamps overlap, over every stamp in the file."""
+    events = []
+    for line in stamps.read_text().splitlines():
+        _, what, when = line.split()
+        events.append((float(when), 1 if what == "start" else -1))
+    running = peak = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at a tie
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def config(tq: Taskq, text: str) -> None:
+    tq.spool.mkdir(parents=True, exist_ok=True)
+    (tq.spool / "config.toml").write_text(text)
+
+
+def all_done(tq: Taskq, ids: list[str]) -> bool:
+    rows = [json.loads(line) for line in tq.run("ls", "--json").stdout.splitlines()]
+    states = {r["id"]: r["state"] for r in rows}
+    return all(states.get(i) == "done" for i in ids)
+
+
+def test_a_queue_limit_holds_across_three_daemons_and_a_kill_9(
+    bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    stamps = tmp_path / "stamps"
+    client = bed.hosts[2]
+    config(client, "[queues.reports]\nlimit = 2\n")
+    common = ("--workers", "4", "--lease", "4s")
+    running = [daemons(i, *common) for i in range(3)]
+    ids = submit(client, stamped(stamps, 1.0), 16, time.time() + 2, queue="reports")
+    # Kill a daemon while it holds a slot (one of its attempts has started).
+    victim = wait_for(
+        lambda: next((d for d in running if "started " in d.text()), None), 120, "a start"
+    )
+    victim.kill()
+    running.remove(victim)
+    wait_for(lambda: all_done(client, ids), 300, "every report to be done")
+    assert set(intervals(stamps)) == set(ids)
+    assert most_at_once(stamps) <= 2, stamps.read_text()
+    for d in running:
+        assert d.stop() == 0
+
+
+def test_a_mutex_never_has_two_and_waiters_go_in_run_time_order(
+    bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    stamps = tmp_path / "stamps"
+    client = bed.hosts[2]
+    running = [daemons(i, "--workers", "4", "--lease", "10s") for i in range(3)]
+    base = time.time() + 3
+    other = submit(client, stamped(stamps, 0.3), 4, base)  # no mutex: not held back
+    # The first holds the mutex for 3 s; the others come due meanwhile, each a
+    # little after the one before, and wait.
+    lines = [json.dumps({"command": stamped(stamps, 3.0), "run_at": f"@{base:.6f}"})]
+    lines += [
+        json.dumps({"command": stamped(stamps, 0.3), "run_at": f"@{base + 0.5 + i * 0.05:.6f}"})
+        for i in range(7)
+    ]
+    argv = ["submit", "--mutex", "db", "--batch", "-"]
+    ids = client.run(*argv, input="\n".join(lines).encode()).stdout.decode().split()
+    wait_for(lambda: all_done(client, ids + other), 300, "every task to be done")
+    spans = intervals(stamps)
+    held = sorted(spans[i] for i in ids)
+    for (_, end), (start, _) in zip(held, held[1:], strict=False):
+        assert start >= end, f"two attempts held mutex db at once: {held}"
+    order = sorted(ids, key=lambda i: spans[i][0])
+    assert order == ids, "the first, then the waiters in run time order"
+    assert max(spans[i][0] for i in other) < spans[ids[0]][1], "the others run meanwhile"
+    for d in running:
+        assert d.stop() == 0
+
+
+def test_a_rate_holds_across_daemons(
+    bed: Bed, daemons: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    stamps = tmp_path / "stamps"
+    client = bed.hosts[2]
+    config(client, '[queues.api]\nrate = "3/2s"\n')
+    running = [daemons(i, "--workers", "4") for i in range(3)]
+    ids = submit(client, stamped(stamps, 0.0), 9, time.time() + 2, queue="api")
+    wait_for(lambda: all_done(client, ids), 300, "every call to be done")
+    starts = sorted(s for s, _ in intervals(stamps).values())
+    for i, t in enumerate(starts):
+        within = [u for u in starts[i:] if u < t + 2.0]
+        assert len(within) <= 3, f"more than 3 starts in 2 s: {starts}"
+    assert starts[-1] - starts[0] >= 4.0  # nine starts at three per two seconds
+    for d in running:
+        assert d.stop() == 0
