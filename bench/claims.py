@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import json
 import os
 import re
@@ -35,11 +34,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from substrates import GlusterBed
 
 TASKQ = [str(Path(sys.executable).parent / "taskq")]
 LEAD = 2.0  # seconds from submission to the burst's run time
@@ -184,27 +184,17 @@ HEADER = (
 )
 
 
-@contextlib.contextmanager
-def spool_roots(fs: str, tmp: Path, k: int) -> Iterator[tuple[list[Path], object]]:
-    if fs == "local":
-        root = tmp / f"spool-{k}"
-        yield [root], None
-        shutil.rmtree(root, ignore_errors=True)
-        return
-    raise ValueError(fs)
-
-
-def gluster_fops(bed: object, action: str) -> int:
-    """Start, or read and stop, the volume's profile; the file operations counted meanwhile."""
+def gluster_fops(bed: GlusterBed, action: str) -> int:
+    """Start, or read and stop, the volume's profile; the brick's file operations meanwhile."""
     from substrates import GLUSTER_VOLUME
 
-    g = bed._gluster  # type: ignore[attr-defined]
+    assert bed.cli is not None
     if action == "start":
-        g.cli("volume", "profile", GLUSTER_VOLUME, "start")
-        g.cli("volume", "profile", GLUSTER_VOLUME, "info", "clear")
+        bed.cli("volume", "profile", GLUSTER_VOLUME, "start")
+        bed.cli("volume", "profile", GLUSTER_VOLUME, "info", "clear")
         return 0
-    out = g.cli("volume", "profile", GLUSTER_VOLUME, "info", "cumulative").stdout
-    g.cli("volume", "profile", GLUSTER_VOLUME, "stop")
+    out = bed.cli("volume", "profile", GLUSTER_VOLUME, "info", "cumulative").stdout
+    bed.cli("volume", "profile", GLUSTER_VOLUME, "stop")
     calls = collections.Counter[str]()
     for line in out.splitlines():
         m = re.match(r"\s*[\d.]+\s+[\d.]+\s+us\s+[\d.]+\s+us\s+[\d.]+\s+us\s+(\d+)\s+(\w+)", line)
@@ -235,9 +225,10 @@ def main() -> None:
                     print(report(r, "GlusterFS"), flush=True)
             return
         for k in args.k:
-            with spool_roots("local", tmp, k) as (roots, _):
-                r = run_once(roots, k, args.n, tmp, args.strace)
-                print(report(r, "local"), flush=True)
+            root = tmp / f"spool-{k}"
+            r = run_once([root], k, args.n, tmp, args.strace)
+            print(report(r, "local"), flush=True)
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

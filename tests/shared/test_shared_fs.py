@@ -1,11 +1,13 @@
-"""The promises on every substrate taskq supports: local, FUSE without RENAME_NOREPLACE, GlusterFS.
+"""The promises on every substrate taskq supports: local, FUSE, GlusterFS, JuiceFS.
 
-Each test runs on three substrates. "local" is tmp_path. "bindfs" is a FUSE
+Each test runs on four substrates. "local" is tmp_path. "bindfs" is a FUSE
 mount that refuses renameat2(RENAME_NOREPLACE) with EINVAL, exactly as the
 Linux NFS client does, so every transition takes the plain-rename path.
 "gluster" is a real GlusterFS volume mounted by three FUSE clients, each
 standing for one host: daemons run on two of them, and submissions and
-operator commands come through the third. Tasks stamp their real start
+operator commands come through the third. "juicefs" is the same with a
+JuiceFS volume (metadata in SQLite, data in a local directory), which
+supports RENAME_NOREPLACE and caches attributes and entries for 1 s. Tasks stamp their real start
 time; the tests assert every task ends, none starts early, none runs twice
 except where the journal records a lost lease, and nothing is quarantined.
 """
@@ -26,10 +28,10 @@ from typing import Any
 
 import pytest
 from conftest import TASKQ, Daemon, Taskq, kill_all, read_stamps, wait_for
-from substrates import GlusterBed
+from substrates import GlusterBed, JuiceBed
 
 pytest_plugins = ["substrates"]
-SUBSTRATES = ["local", "bindfs", "gluster"]
+SUBSTRATES = ["local", "bindfs", "gluster", "juicefs"]
 
 
 @dataclass
@@ -54,8 +56,8 @@ def bed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bed]:
         mount: Path = request.getfixturevalue("bindfs_dir")
         roots = [mount / "spool"] * 3
     else:
-        gluster: GlusterBed = request.getfixturevalue("gluster")
-        roots = [d / "spool" for d in gluster.fresh_dir("taskq")]
+        shared: GlusterBed | JuiceBed = request.getfixturevalue(kind)
+        roots = [d / "spool" for d in shared.fresh_dir("taskq")]
     yield Bed(kind, [Taskq(r) for r in roots], tmp_path)
 
 

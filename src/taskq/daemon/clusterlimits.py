@@ -47,6 +47,7 @@ class ClusterLimits(Part):
         self.rates = rates  # queue -> (starts, per period in µs)
         self.quarantine = quarantine
         self.held: dict[str, list[Held]] = {}  # by task id: queue and mutex slots
+        self.rated: dict[str, tuple[Held, int]] = {}  # by task id: a rate slot, its period
         self.waiting: dict[str, str] = {}  # task id -> the mutex it waits for
         self.view = Listing(frozenset(), (), ())
         self._offset = zlib.crc32(f"{self.owner.host}_{self.owner.pid}".encode())
@@ -96,7 +97,10 @@ class ClusterLimits(Part):
         if why is None and body.queue in self.rates:
             count, period = self.rates[body.queue]
             rate_lease = lease._replace(expiry=self.clock.reference(now) + period)
-            why = self._take_one("rate", body.queue, count, rate_lease, [])
+            rated: list[Held] = []
+            why = self._take_one("rate", body.queue, count, rate_lease, rated)
+            if rated:
+                self.rated[body.id] = (rated[0], period)
         if why is not None:
             for slot, mine in got:
                 slots.give_back(self.spool, slot, mine)
@@ -133,6 +137,19 @@ class ClusterLimits(Part):
         self.waiting[task.id] = mutex
         return f"waits for mutex {mutex}"
 
+    def started(self, task_ids: Iterable[str], now: int) -> None:
+        """Attempts started now: their rate slots run for a period from now, not from the take."""
+        for task_id in task_ids:
+            found = self.rated.pop(task_id, None)
+            if found is None:
+                continue
+            (slot, lease), period = found
+            later = lease._replace(expiry=self.clock.reference(now) + period)
+            try:
+                slots.renew(self.spool, slot, lease, later)
+            except FileNotFoundError:
+                pass  # reclaimed already: the clock says its period passed
+
     def release(self, task_id: str) -> None:
         """Give back the queue and mutex slots held for an attempt that ended."""
         gave = False
@@ -143,8 +160,11 @@ class ClusterLimits(Part):
 
     def sweep(self, live: Iterable[str]) -> None:
         """Give back what is held for attempts no longer running or prepared here."""
-        for task_id in set(self.held) - set(live):
+        live = set(live)
+        for task_id in set(self.held) - live:
             self.release(task_id)
+        for task_id in set(self.rated) - live:
+            del self.rated[task_id]  # never started: its slot runs out from its take
 
     # -- leases ----------------------------------------------------------
 

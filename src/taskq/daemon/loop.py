@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import time
 from collections.abc import Callable
 
@@ -146,7 +145,10 @@ class Daemon(Parts):
         self.aftermath.committed()
         if self.prepared:
             crash_point("daemon.committed")
+            before = {p.claim.task.id for p in self.prepared}
             self.prepared = self.starter.start_due(self.prepared)
+            left = {p.claim.task.id for p in self.prepared}
+            self.limits.started(before - left, self.clock.now())
         if not self.stopping:
             self._pass_schedules(self.clock.now(), rang)  # after the starts it could delay
         snap, mono = self._snapshot(), self.clock.mono()
@@ -182,22 +184,11 @@ class Daemon(Parts):
             return
         self.next["renew"] = mono + self.cfg.lease // 3
         self.recovery.renew(now, mono)
-        self._keep_slots(now, mono)
+        self.recovery.slots_lost(self.limits.renew(now), mono)
         mine = self.attempts.ids() | {p.claim.task.id for p in self.prepared}
         self.recovery.scan(now, mono, self.guard.ok, mine)
         self.limits.sweep(self.attempts.ids() | {p.claim.task.id for p in self.prepared})
         self.limits.reclaim(now, self.guard.ok)
-
-    def _keep_slots(self, now: int, mono: int) -> None:
-        """Renew our cluster-wide slots; an attempt whose slot was taken from us is killed."""
-        lost = set(self.limits.renew(now))
-        for run in self.attempts.all():
-            if run.body.id in lost and not run.lost:
-                run.notes.append("killed: its limit's slot was taken over (its lease expired)")
-                log.warning(
-                    "lost the slot of %s; killing attempt %d", run.body.id, run.claim.task.attempt
-                )
-                self.attempts.signal(run, signal.SIGKILL, mono)
 
     def _find_due_work(self, now: int) -> None:
         """Rescan when asked (doorbell, safety net, index drained), then claim due tasks."""

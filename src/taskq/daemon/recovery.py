@@ -91,6 +91,15 @@ class Recovery(Part):
         log.warning("lost the lease of %s; killing attempt %d", run.body.id, run.claim.task.attempt)
         self.attempts.signal(run, signal.SIGKILL, mono)
 
+    def slots_lost(self, lost: list[str], mono: int) -> None:
+        """Kill the attempts whose cluster-wide slot was taken from us (its lease expired)."""
+        for run in self.attempts.all():
+            if run.body.id in lost and not run.lost:
+                run.notes.append("killed: its limit's slot was taken over (its lease expired)")
+                attempt = run.claim.task.attempt
+                log.warning("lost the slot of %s; killing attempt %d", run.body.id, attempt)
+                self.attempts.signal(run, signal.SIGKILL, mono)
+
     def _holder(self, held: ClaimName) -> ClaimName | None:
         """Who holds this attempt's claim now, if anyone does."""
         prefix = f"{held.task}_"
