@@ -65,6 +65,7 @@ def share_a_burst(tq: Taskq, start_daemon: StartDaemon, stamps: Path, k: int, n:
     assert min(first.count("a"), first.count("b")) >= n // 16, "both queues take turns"
 
 
+@pytest.mark.slow
 def test_three_daemons_lose_few_claims_in_a_burst(
     tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:

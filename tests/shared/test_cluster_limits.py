@@ -22,6 +22,7 @@ from conftest import Daemon, Taskq, kill_all, wait_for
 from substrates import GlusterBed, JuiceBed
 
 pytest_plugins = ["substrates"]
+pytestmark = pytest.mark.slow  # real daemons for seconds each, on up to three beds
 
 
 @dataclass
