@@ -235,7 +235,8 @@ def test_dashboard_queries_use_exported_names_and_pass_promtool(
     prom = tmp_path / "taskq.prom"
     start_daemon("--metrics-file", str(prom))
     tq.wait_state(tq.submit("--", "true"), ("done",))
-    samples = wait_for(lambda: fresh(prom, time.time() - 1), 30, "a count of the spool")
+    ended = time.time()
+    samples = wait_for(lambda: fresh(prom, ended), 30, "a count taken after the task ended")
     names = {name for name, _ in samples}
     labels = {k for family in text_string_to_metric_families(prom.read_text())
               for s in family.samples for k in s.labels}  # fmt: skip
