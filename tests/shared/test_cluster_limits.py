@@ -4,7 +4,7 @@ Three daemons share one spool (on GlusterFS, each through its own FUSE
 client, standing for one host). Each task appends its start and its end to
 a stamps file with the real clock; the tests count, from those stamps
 alone, how many attempts ran at once. One test kills a daemon with SIGKILL
-while it holds slots: its attempts go on as orphans, and its slots stay
+while it holds permits: its attempts go on as orphans, and its permits stay
 held until its leases expire, so the limit still holds.
 """
 
@@ -129,7 +129,7 @@ def test_a_queue_limit_holds_across_three_daemons_and_a_kill_9(
     common = ("--workers", "4", "--lease", "4s")
     running = [daemons(i, *common) for i in range(3)]
     ids = submit(client, stamped(stamps, 1.0), 16, time.time() + 2, queue="reports")
-    # Kill a daemon while it holds a slot (one of its attempts has started).
+    # Kill a daemon while it holds a permit (one of its attempts has started).
     victim = wait_for(
         lambda: next((d for d in running if "started " in d.text()), None), 120, "a start"
     )

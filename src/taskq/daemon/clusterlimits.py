@@ -1,18 +1,18 @@
 """Limits that hold across every daemon of a spool: queue limits, mutexes and rates.
 
-Each limit is a set of slot tokens in SPOOL/slots/ (spool/slots.py), taken
+Each limit is a set of permits in SPOOL/permits/ (spool/permits.py), taken
 by the same kind of compare-and-swap rename as a task's claim, so that it
-holds across hosts with no lock server. A daemon takes an attempt's slots
+holds across hosts with no lock server. A daemon takes an attempt's permits
 after claiming and reading its task, before marking it started; what cannot
-get its slots goes back to pending. A queue or mutex slot is leased like
+get its permits goes back to pending. A queue or mutex permit is leased like
 the claim (same expiry, renewed with it) and given back when the attempt
-ends; a daemon that dies holding one loses it with its lease. A rate slot
+ends; a daemon that dies holding one loses it with its lease. A rate permit
 is held for the period after the start it allowed, then reclaimed by
 whoever finds it expired.
 
 Tasks waiting for a busy mutex leave a ticket, and a mutex is taken only
 for the oldest waiting task, so that waiters start in run time order. This
-part keeps in memory which slots this daemon holds and which tasks it saw
+part keeps in memory which permits this daemon holds and which tasks it saw
 waiting; the spool holds the truth.
 """
 
@@ -24,12 +24,12 @@ import zlib
 from collections.abc import Callable, Iterable
 
 from taskq.daemon.crew import Crew, Part
-from taskq.spool import fsutil, rundir, slots
-from taskq.spool.slots import Lease, Listing, Slot, Ticket
+from taskq.spool import fsutil, permits, rundir
+from taskq.spool.permits import Lease, Listing, Permit, Ticket
 from taskq.spool.task import ClaimName, TaskBody, TaskName
 
 log = logging.getLogger("taskq")
-Held = tuple[Slot, Lease]
+Held = tuple[Permit, Lease]
 
 
 class ClusterLimits(Part):
@@ -46,8 +46,8 @@ class ClusterLimits(Part):
         self.limits = limits  # queue -> attempts at once, cluster-wide
         self.rates = rates  # queue -> (starts, per period in µs)
         self.quarantine = quarantine
-        self.held: dict[str, list[Held]] = {}  # by task id: queue and mutex slots
-        self.rated: dict[str, tuple[Held, int]] = {}  # by task id: a rate slot, its period
+        self.held: dict[str, list[Held]] = {}  # by task id: queue and mutex permits
+        self.rated: dict[str, tuple[Held, int]] = {}  # by task id: a rate permit, its period
         self.waiting: dict[str, str] = {}  # task id -> the mutex it waits for
         self.view = Listing(frozenset(), (), ())
         self._offset = zlib.crc32(f"{self.owner.host}_{self.owner.pid}".encode())
@@ -55,16 +55,16 @@ class ClusterLimits(Part):
     # -- what may be tried -----------------------------------------------
 
     def look(self, now: int) -> None:
-        """List slots/ again (once per dispatch turn, when any limit is in play)."""
+        """List permits/ again (once per dispatch turn, when any limit is in play)."""
         if not (self.limits or self.rates or self.waiting or self.held):
             return
-        self.view = slots.listing(self.spool)
+        self.view = permits.listing(self.spool)
         for entry in self.view.bad:
-            self.quarantine(os.path.join(self.spool.slots, entry), "not a slot or ticket name")
+            self.quarantine(os.path.join(self.spool.permits, entry), "not a permit or ticket name")
         self._drop_stale_tickets()
 
     def open(self, queue: str) -> bool:
-        """Whether the queue's cluster-wide slots, as last listed, leave room for a start."""
+        """Whether the queue's cluster-wide permits, as last listed, leave room for a start."""
         limit = self.limits.get(queue)
         if limit is not None and self.view.in_use("queue", queue) >= limit:
             return False
@@ -78,7 +78,7 @@ class ClusterLimits(Part):
         mutex = self.waiting.get(name.id)
         if mutex is None:
             return True
-        if Slot("mutex", mutex, 0) in self.view.held:
+        if Permit("mutex", mutex, 0) in self.view.held:
             return False
         oldest = self.view.oldest_waiting(mutex)
         return oldest is None or oldest.id == name.id
@@ -86,8 +86,8 @@ class ClusterLimits(Part):
     # -- taking and giving back ------------------------------------------
 
     def acquire(self, held: ClaimName, body: TaskBody, now: int) -> str | None:
-        """Take the slots a claimed attempt needs; None, or why it must wait."""
-        lease = slots.lease_for(body.id, self.expiry(now), self.owner.pid, self.owner.host)
+        """Take the permits a claimed attempt needs; None, or why it must wait."""
+        lease = permits.lease_for(body.id, self.expiry(now), self.owner.pid, self.owner.host)
         got: list[Held] = []
         why = None
         if body.queue in self.limits:
@@ -102,9 +102,9 @@ class ClusterLimits(Part):
             if rated:
                 self.rated[body.id] = (rated[0], period)
         if why is not None:
-            for slot, mine in got:
-                slots.give_back(self.spool, slot, mine)
-            self.view = slots.listing(self.spool)
+            for permit, mine in got:
+                permits.give_back(self.spool, permit, mine)
+            self.view = permits.listing(self.spool)
             return why
         if got:
             self.held[body.id] = got
@@ -115,46 +115,46 @@ class ClusterLimits(Part):
         self, kind: str, name: str, count: int, lease: Lease, got: list[Held]
     ) -> str | None:
         for i in range(count):
-            slot = Slot(kind, name, (self._offset + i) % count)
-            if slot in self.view.held and not self._free_if_expired(slot):
+            permit = Permit(kind, name, (self._offset + i) % count)
+            if permit in self.view.held and not self._free_if_expired(permit):
                 continue
-            if slots.take(self.spool, slot, lease):
-                got.append((slot, lease))
+            if permits.take(self.spool, permit, lease):
+                got.append((permit, lease))
                 return None
         what = "starts per period" if kind == "rate" else "attempts at once"
         return f"queue {name} is at its limit of {count} {what} across the spool"
 
     def _take_mutex(self, task: TaskName, mutex: str, lease: Lease, got: list[Held]) -> str | None:
         oldest = self.view.oldest_waiting(mutex)
-        slot = Slot("mutex", mutex, 0)
+        permit = Permit("mutex", mutex, 0)
         first = oldest is None or (oldest.run_at, oldest.id) >= (task.run_at, task.id)
-        free = slot not in self.view.held or self._free_if_expired(slot)
-        if first and free and slots.take(self.spool, slot, lease):
-            got.append((slot, lease))
-            slots.unwait(self.spool, Ticket(mutex, task))
+        free = permit not in self.view.held or self._free_if_expired(permit)
+        if first and free and permits.take(self.spool, permit, lease):
+            got.append((permit, lease))
+            permits.unwait(self.spool, Ticket(mutex, task))
             return None
-        slots.wait(self.spool, Ticket(mutex, task))
+        permits.wait(self.spool, Ticket(mutex, task))
         self.waiting[task.id] = mutex
         return f"waits for mutex {mutex}"
 
     def started(self, task_ids: Iterable[str], now: int) -> None:
-        """Attempts started now: their rate slots run for a period from now, not from the take."""
+        """Attempts started now: their rate permits run for a period from now, not from the take."""
         for task_id in task_ids:
             found = self.rated.pop(task_id, None)
             if found is None:
                 continue
-            (slot, lease), period = found
+            (permit, lease), period = found
             later = lease._replace(expiry=self.clock.reference(now) + period)
             try:
-                slots.renew(self.spool, slot, lease, later)
+                permits.renew(self.spool, permit, lease, later)
             except FileNotFoundError:
                 pass  # reclaimed already: the clock says its period passed
 
     def release(self, task_id: str) -> None:
-        """Give back the queue and mutex slots held for an attempt that ended."""
+        """Give back the queue and mutex permits held for an attempt that ended."""
         gave = False
-        for slot, lease in self.held.pop(task_id, []):
-            gave = slots.give_back(self.spool, slot, lease) or gave
+        for permit, lease in self.held.pop(task_id, []):
+            gave = permits.give_back(self.spool, permit, lease) or gave
         if gave:
             self.spool.ring()  # waiters on other hosts hear of it at their next poll
 
@@ -164,20 +164,20 @@ class ClusterLimits(Part):
         for task_id in set(self.held) - live:
             self.release(task_id)
         for task_id in set(self.rated) - live:
-            del self.rated[task_id]  # never started: its slot runs out from its take
+            del self.rated[task_id]  # never started: its permit runs out from its take
 
     # -- leases ----------------------------------------------------------
 
     def renew(self, now: int) -> list[str]:
-        """Extend the leases of our slots; the ids of attempts whose slot was taken from us."""
+        """Extend the leases of our permits; the ids of attempts whose permit was taken from us."""
         lost = []
         expiry = self.expiry(now)
         for task_id, held in self.held.items():
-            for i, (slot, lease) in enumerate(held):
+            for i, (permit, lease) in enumerate(held):
                 new = lease._replace(expiry=expiry)
                 try:
-                    slots.renew(self.spool, slot, lease, new)
-                    held[i] = (slot, new)
+                    permits.renew(self.spool, permit, lease, new)
+                    held[i] = (permit, new)
                 except FileNotFoundError:
                     lost.append(task_id)
         for task_id in lost:
@@ -185,29 +185,29 @@ class ClusterLimits(Part):
         return lost
 
     def taken_over(self, task_id: str, now: int) -> None:
-        """We took over an attempt's claim: take over the slots its old owner held for it."""
-        mine = slots.lease_for(task_id, self.expiry(now), self.owner.pid, self.owner.host)
-        for slot in slots.listing(self.spool).held:
-            lease = self._lease(slot)
-            if lease is None or lease.task_id != task_id or slot.kind == "rate":
+        """We took over an attempt's claim: take over the permits its old owner held for it."""
+        mine = permits.lease_for(task_id, self.expiry(now), self.owner.pid, self.owner.host)
+        for permit in permits.listing(self.spool).held:
+            lease = self._lease(permit)
+            if lease is None or lease.task_id != task_id or permit.kind == "rate":
                 continue
             try:
-                slots.renew(self.spool, slot, lease, mine)
+                permits.renew(self.spool, permit, lease, mine)
             except FileNotFoundError:
                 continue
-            self.held.setdefault(task_id, []).append((slot, mine))
+            self.held.setdefault(task_id, []).append((permit, mine))
 
     def reclaim(self, now: int, trusted: bool) -> None:
-        """Free the slots whose lease expired, or whose daemon died on this host."""
-        for slot in slots.listing(self.spool).held:
-            lease = self._lease(slot)
+        """Free the permits whose lease expired, or whose daemon died on this host."""
+        for permit in permits.listing(self.spool).held:
+            lease = self._lease(permit)
             if lease is None:
-                slots.drop_empty(self.spool, slot)
+                permits.drop_empty(self.spool, permit)
                 continue
             mine = lease.owner == f"{self.owner.host}_{self.owner.pid}"
             abandoned = not mine and self._abandoned(lease, now, trusted)
-            if abandoned and slots.give_back(self.spool, slot, lease):
-                log.info("freed slot %s of %s: its lease ended", slot, lease.owner)
+            if abandoned and permits.give_back(self.spool, permit, lease):
+                log.info("freed permit %s of %s: its lease ended", permit, lease.owner)
                 self.spool.ring()
 
     def _abandoned(self, lease: Lease, now: int, trusted: bool) -> bool:
@@ -215,23 +215,23 @@ class ClusterLimits(Part):
             return True
         return trusted and self.clock.may_start(lease.expiry, now)
 
-    def _free_if_expired(self, slot: Slot) -> bool:
-        """Reclaim one held slot on the spot if its lease has surely expired."""
-        lease = self._lease(slot)
+    def _free_if_expired(self, permit: Permit) -> bool:
+        """Reclaim one held permit on the spot if its lease has surely expired."""
+        lease = self._lease(permit)
         now = self.clock.now()
         if lease is None or not self.clock.may_start(lease.expiry, now):
             return lease is None
-        return slots.give_back(self.spool, slot, lease)
+        return permits.give_back(self.spool, permit, lease)
 
     def _expired_rate(self, queue: str) -> bool:
         count = self.rates[queue][0]
-        return any(self._free_if_expired(Slot("rate", queue, i)) for i in range(count))
+        return any(self._free_if_expired(Permit("rate", queue, i)) for i in range(count))
 
-    def _lease(self, slot: Slot) -> Lease | None:
+    def _lease(self, permit: Permit) -> Lease | None:
         try:
-            return slots.lease_of(self.spool, slot)
+            return permits.lease_of(self.spool, permit)
         except ValueError as e:
-            self.quarantine(os.path.join(self.spool.slots, str(slot)), str(e))
+            self.quarantine(os.path.join(self.spool.permits, str(permit)), str(e))
             return None
 
     def _drop_stale_tickets(self) -> None:
@@ -241,13 +241,13 @@ class ClusterLimits(Part):
         """
         seen: set[str] = set()
         for ticket in self.view.tickets:
-            if ticket.mutex in seen or Slot("mutex", ticket.mutex, 0) in self.view.held:
+            if ticket.mutex in seen or Permit("mutex", ticket.mutex, 0) in self.view.held:
                 continue
             seen.add(ticket.mutex)
             path = f"{self.spool.bucket_dir(ticket.task.bucket)}/{ticket.task}"
             prefix = f"{ticket.task}_"
             claimed = any(e.startswith(prefix) for e in fsutil.listdir(self.spool.claimed))
             if not claimed and not os.path.lexists(path):
-                slots.unwait(self.spool, ticket)
-                self.view = slots.listing(self.spool)
+                permits.unwait(self.spool, ticket)
+                self.view = permits.listing(self.spool)
                 return  # the next look goes on with the next one

@@ -49,7 +49,7 @@ class QueueCaps:
         self.default = default
         self.busy = collections.Counter(busy)
         self.paused = paused
-        self.cluster = cluster  # the cluster-wide slots leave room (clusterlimits.py)
+        self.cluster = cluster  # the cluster-wide permits leave room (clusterlimits.py)
 
     def open(self, queue: str) -> bool:
         if queue in self.paused or not self.cluster(queue):

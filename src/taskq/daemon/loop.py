@@ -184,7 +184,7 @@ class Daemon(Parts):
             return
         self.next["renew"] = mono + self.cfg.lease // 3
         self.recovery.renew(now, mono)
-        self.recovery.slots_lost(self.limits.renew(now), mono)
+        self.recovery.permits_lost(self.limits.renew(now), mono)
         mine = self.attempts.ids() | {p.claim.task.id for p in self.prepared}
         self.recovery.scan(now, mono, self.guard.ok, mine)
         self.limits.sweep(self.attempts.ids() | {p.claim.task.id for p in self.prepared})

@@ -45,7 +45,7 @@ class Recovery(Part):
         super().__init__(crew)
         self.attempts = attempts
         self.touched = self.commit.touched
-        self.on_taken = on_taken  # a started claim is ours now: so are its slots
+        self.on_taken = on_taken  # a started claim is ours now: so are its permits
 
     def renew(self, now: int, mono: int) -> None:
         """Extend the lease of every attempt we still own."""
@@ -91,13 +91,13 @@ class Recovery(Part):
         log.warning("lost the lease of %s; killing attempt %d", run.body.id, run.claim.task.attempt)
         self.attempts.signal(run, signal.SIGKILL, mono)
 
-    def slots_lost(self, lost: list[str], mono: int) -> None:
-        """Kill the attempts whose cluster-wide slot was taken from us (its lease expired)."""
+    def permits_lost(self, lost: list[str], mono: int) -> None:
+        """Kill the attempts whose cluster-wide permit was taken from us (its lease expired)."""
         for run in self.attempts.all():
             if run.body.id in lost and not run.lost:
-                run.notes.append("killed: its limit's slot was taken over (its lease expired)")
+                run.notes.append("killed: its limit's permit was taken over (its lease expired)")
                 attempt = run.claim.task.attempt
-                log.warning("lost the slot of %s; killing attempt %d", run.body.id, attempt)
+                log.warning("lost the permit of %s; killing attempt %d", run.body.id, attempt)
                 self.attempts.signal(run, signal.SIGKILL, mono)
 
     def _holder(self, held: ClaimName) -> ClaimName | None:

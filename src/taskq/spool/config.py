@@ -153,7 +153,7 @@ def _duration(where: str, value: Any) -> int:
     return us
 
 
-MAX_LIMIT = 10_000  # slots of one limit (spool/slots.py names them with four digits at most)
+MAX_LIMIT = 10_000  # permits of one limit (spool/permits.py names them with four digits at most)
 _RATE = Lazy(r"\s*(\d+)\s*/\s*(\S.*?)\s*")
 
 

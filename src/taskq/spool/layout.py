@@ -39,7 +39,7 @@ SUBDIRS = (
     "deps",
     "paused",
     "ids",
-    "slots",
+    "permits",
 )
 STATES = ("waiting", "pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
 _PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
@@ -104,7 +104,7 @@ class Spool:
     deps: str
     paused: str
     ids: str
-    slots: str
+    permits: str
 
     def init(self) -> None:
         """Create the layout (idempotent), with permissions for one owner."""

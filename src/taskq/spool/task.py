@@ -113,7 +113,7 @@ def check_queue(text: str, kind: str = "queue") -> str:
 
 
 def check_mutex(text: str) -> str:
-    """Validate a mutex name (--mutex): as a queue name, since slot files carry it."""
+    """Validate a mutex name (--mutex): as a queue name, since permit files carry it."""
     return check_queue(text, "mutex")
 
 

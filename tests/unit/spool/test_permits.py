@@ -1,4 +1,4 @@
-"""Slot tokens on real files: one taker wins, leases move by exact name, bad names are refused."""
+"""Permit tokens on real files: one taker wins, leases move by exact name, bad names are refused."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from taskq.errors import ConfigError
-from taskq.spool import config, slots
+from taskq.spool import config, permits
 from taskq.spool.layout import Spool
-from taskq.spool.slots import Lease, Slot, Ticket
+from taskq.spool.permits import Lease, Permit, Ticket
 from taskq.spool.task import TaskName, new_id
 from taskq.times.timespec import MINUTE, SECOND
 
@@ -24,67 +24,67 @@ def spool_at(tmp_path: Path) -> Spool:
 
 
 def lease(host: str = "a", expiry: int = NOW + MINUTE) -> Lease:
-    return slots.lease_for(new_id(NOW), expiry, 42, host)
+    return permits.lease_for(new_id(NOW), expiry, 42, host)
 
 
-def test_one_taker_wins_a_slot_and_gives_it_back(tmp_path: Path) -> None:
+def test_one_taker_wins_a_permit_and_gives_it_back(tmp_path: Path) -> None:
     spool = spool_at(tmp_path)
-    slot = Slot("queue", "reports", 0)
+    permit = Permit("queue", "reports", 0)
     mine, theirs = lease("a"), lease("b")
-    assert slots.take(spool, slot, mine)
-    assert not slots.take(spool, slot, theirs)
-    assert slots.lease_of(spool, slot) == mine
-    assert slots.listing(spool).in_use("queue", "reports") == 1
-    assert not slots.give_back(spool, slot, theirs)  # not the lease it holds
-    assert slots.give_back(spool, slot, mine)
-    assert slots.listing(spool).held == frozenset()
-    assert slots.take(spool, slot, theirs)
+    assert permits.take(spool, permit, mine)
+    assert not permits.take(spool, permit, theirs)
+    assert permits.lease_of(spool, permit) == mine
+    assert permits.listing(spool).in_use("queue", "reports") == 1
+    assert not permits.give_back(spool, permit, theirs)  # not the lease it holds
+    assert permits.give_back(spool, permit, mine)
+    assert permits.listing(spool).held == frozenset()
+    assert permits.take(spool, permit, theirs)
     assert os.listdir(spool.tmp) == []  # nothing left behind
 
 
 def test_a_renewed_lease_is_no_longer_the_old_one(tmp_path: Path) -> None:
     spool = spool_at(tmp_path)
-    slot = Slot("mutex", "db", 0)
+    permit = Permit("mutex", "db", 0)
     old = lease()
-    assert slots.take(spool, slot, old)
+    assert permits.take(spool, permit, old)
     new = old._replace(expiry=old.expiry + MINUTE)
-    slots.renew(spool, slot, old, new)
+    permits.renew(spool, permit, old, new)
     with pytest.raises(FileNotFoundError):
-        slots.renew(spool, slot, old, new._replace(expiry=new.expiry + 1))
-    assert not slots.give_back(spool, slot, old)
-    assert slots.lease_of(spool, slot) == new
+        permits.renew(spool, permit, old, new._replace(expiry=new.expiry + 1))
+    assert not permits.give_back(spool, permit, old)
+    assert permits.lease_of(spool, permit) == new
 
 
-def test_an_empty_slot_left_by_a_crash_is_free(tmp_path: Path) -> None:
+def test_an_empty_permit_left_by_a_crash_is_free(tmp_path: Path) -> None:
     spool = spool_at(tmp_path)
-    slot = Slot("queue", "q", 3)
-    os.mkdir(os.path.join(spool.slots, str(slot)))
-    assert slots.lease_of(spool, slot) is None
-    assert slots.take(spool, slot, lease())
+    permit = Permit("queue", "q", 3)
+    os.mkdir(os.path.join(spool.permits, str(permit)))
+    assert permits.lease_of(spool, permit) is None
+    assert permits.take(spool, permit, lease())
 
 
 def test_names_round_trip_and_bad_ones_are_refused(tmp_path: Path) -> None:
     spool = spool_at(tmp_path)
     held = lease("host.with_underscore")
     assert Lease.parse(str(held)) == held
-    assert Slot.parse("rate_api.v2_9999") == Slot("rate", "api.v2", 9999)
+    assert Permit.parse("rate_api.v2_9999") == Permit("rate", "api.v2", 9999)
     task = TaskName(NOW, new_id(NOW), 1, "q")
     assert Ticket.parse(str(Ticket("db", task))) == Ticket("db", task)
     for bad in ("queue_a_b_1", "lock_q_0", "queue_q_01", "queue_q_10000", "queue__0"):
         with pytest.raises(ValueError):
-            Slot.parse(bad)
+            Permit.parse(bad)
     for bad in ("x", f"{held.task_id}_soon_1_a", f"{held}/x"):
         with pytest.raises(ValueError):
             Lease.parse(bad)
-    Path(spool.slots, "queue_q_x").mkdir()
-    Path(spool.slots, "wait_db_nonsense").touch()
-    Path(spool.slots, ".nfs0001").touch()  # a stray: not ours to judge
-    assert sorted(slots.listing(spool).bad) == ["queue_q_x", "wait_db_nonsense"]
-    slot = Slot("queue", "q", 0)
-    Path(spool.slots, str(slot)).mkdir()
-    Path(spool.slots, str(slot), "junk").touch()
+    Path(spool.permits, "queue_q_x").mkdir()
+    Path(spool.permits, "wait_db_nonsense").touch()
+    Path(spool.permits, ".nfs0001").touch()  # a stray: not ours to judge
+    assert sorted(permits.listing(spool).bad) == ["queue_q_x", "wait_db_nonsense"]
+    permit = Permit("queue", "q", 0)
+    Path(spool.permits, str(permit)).mkdir()
+    Path(spool.permits, str(permit), "junk").touch()
     with pytest.raises(ValueError):
-        slots.lease_of(spool, slot)
+        permits.lease_of(spool, permit)
 
 
 def test_tickets_list_oldest_task_first(tmp_path: Path) -> None:
@@ -92,12 +92,12 @@ def test_tickets_list_oldest_task_first(tmp_path: Path) -> None:
     later = TaskName(NOW + SECOND, new_id(NOW), 1)
     sooner = TaskName(NOW, new_id(NOW), 1)
     for task in (later, sooner):
-        slots.wait(spool, Ticket("db", task))
-        slots.wait(spool, Ticket("db", task))  # idempotent
-    assert slots.listing(spool).oldest_waiting("db") == sooner
-    slots.unwait(spool, Ticket("db", sooner))
-    assert slots.listing(spool).oldest_waiting("db") == later
-    assert slots.listing(spool).oldest_waiting("other") is None
+        permits.wait(spool, Ticket("db", task))
+        permits.wait(spool, Ticket("db", task))  # idempotent
+    assert permits.listing(spool).oldest_waiting("db") == sooner
+    permits.unwait(spool, Ticket("db", sooner))
+    assert permits.listing(spool).oldest_waiting("db") == later
+    assert permits.listing(spool).oldest_waiting("other") is None
 
 
 @pytest.mark.parametrize(

@@ -1,29 +1,29 @@
-"""Slot tokens in SPOOL/slots/: cluster-wide limits made of the spool's own renames.
+"""Permits in SPOOL/permits/: cluster-wide limits made of the spool's own renames.
 
 A limit of N on something (a queue's running attempts, a mutex, a queue's
-starts per period) is N slots, KIND_NAME_I for I in 0..N-1, KIND one of
-`queue`, `mutex`, `rate`. A slot is free while no entry of that name
+starts per period) is N permits, KIND_NAME_I for I in 0..N-1, KIND one of
+`queue`, `mutex`, `rate`. A permit is free while no entry of that name
 exists, and held while a directory of that name holds exactly one lease
 file, TASKID_EXPIRY_PID_HOST: the attempt it is held for, until when, and
 by which daemon.
 
-* Take: make tmp/slot-RANDOM/ with the lease file in it, then rename(2)
-  the directory to slots/KIND_NAME_I. rename onto a directory that is not
+* Take: make tmp/permit-RANDOM/ with the lease file in it, then rename(2)
+  the directory to permits/KIND_NAME_I. rename onto a directory that is not
   empty fails (ENOTEMPTY or EEXIST) on every POSIX filesystem, NFS and
   FUSE included, and needs no RENAME_NOREPLACE: exactly one taker wins a
-  free slot. (An empty directory of that name, which only a crash between
+  free permit. (An empty directory of that name, which only a crash between
   the two steps of a release leaves, is replaced.)
 * Renew: rename the lease file to the same name with a later expiry.
 * Give back, and reclaim an expired lease: rename the exact lease file out
   to tmp/ (the compare-and-swap: one actor wins, a renamed or renewed
-  lease is ENOENT), then rmdir the emptied slot.
+  lease is ENOENT), then rmdir the emptied permit directory.
 * Hand over (a daemon adopting an orphaned attempt): rename the lease file
   to the new owner's name, in place.
 
-A rate slot's lease runs for the period from the start it allowed and is
+A rate permit's lease runs for the period from the start it allowed and is
 never renewed nor given back: it is free again once expired and reclaimed.
 
-Waiting for a mutex: a ticket, slots/wait_MUTEX_TASKNAME (an empty file,
+Waiting for a mutex: a ticket, permits/wait_MUTEX_TASKNAME (an empty file,
 made with O_EXCL), says that task waits for that mutex; a daemon takes the
 mutex only for the oldest waiting task (by run time, then id).
 
@@ -47,15 +47,15 @@ from taskq.spool.task import TaskName, check_queue, check_token, valid_id
 from taskq.times.timespec import format_compact, parse_compact
 
 KINDS = ("queue", "mutex", "rate")
-MAX_SLOTS = 10_000  # the most slots one limit may have (I has at most four digits)
-_SLOT = re.compile(r"(queue|mutex|rate)_([A-Za-z0-9][A-Za-z0-9.-]{0,63})_(0|[1-9]\d{0,3})")
+MAX_PERMITS = 10_000  # the most permits one limit may have (I has at most four digits)
+_PERMIT = re.compile(r"(queue|mutex|rate)_([A-Za-z0-9][A-Za-z0-9.-]{0,63})_(0|[1-9]\d{0,3})")
 _LEASE = re.compile(
     r"([0-9A-HJKMNP-TV-Z]{26})_(\d{8}T\d{6}\.\d{6}Z)_([1-9]\d{0,9})_([A-Za-z0-9][A-Za-z0-9._-]{0,63})"
 )
 _WAIT = re.compile(r"wait_([A-Za-z0-9][A-Za-z0-9.-]{0,63})_(.+)")
 
 
-class Slot(NamedTuple):
+class Permit(NamedTuple):
     kind: str
     name: str  # a queue's or a mutex's name
     number: int
@@ -64,15 +64,15 @@ class Slot(NamedTuple):
         return f"{self.kind}_{self.name}_{self.number}"
 
     @classmethod
-    def parse(cls, entry: str) -> Slot:
-        m = _SLOT.fullmatch(entry)
+    def parse(cls, entry: str) -> Permit:
+        m = _PERMIT.fullmatch(entry)
         if m is None:
-            raise ValueError(f"not a slot name: {entry!r}")
+            raise ValueError(f"not a permit name: {entry!r}")
         return cls(m.group(1), m.group(2), int(m.group(3)))
 
 
 class Lease(NamedTuple):
-    """Who holds a slot: for which task, until when (µs), which daemon."""
+    """Who holds a permit: for which task, until when (µs), which daemon."""
 
     task_id: str
     expiry: int
@@ -90,7 +90,7 @@ class Lease(NamedTuple):
     def parse(cls, entry: str) -> Lease:
         m = _LEASE.fullmatch(entry)
         if m is None or not valid_id(m.group(1)):
-            raise ValueError(f"not a slot lease name: {entry!r}")
+            raise ValueError(f"not a permit lease name: {entry!r}")
         return cls(m.group(1), parse_compact(m.group(2)), int(m.group(3)), m.group(4))
 
 
@@ -119,9 +119,9 @@ def check_mutex_name(text: str) -> str:
 
 
 class Listing(NamedTuple):
-    """What slots/ holds, by its names alone: the slots in use, the tickets, and bad names."""
+    """What permits/ holds, by its names alone: the permits in use, the tickets, and bad names."""
 
-    held: frozenset[Slot]
+    held: frozenset[Permit]
     tickets: tuple[Ticket, ...]  # oldest task first
     bad: tuple[str, ...]
 
@@ -132,46 +132,46 @@ class Listing(NamedTuple):
         return next((t.task for t in self.tickets if t.mutex == mutex), None)
 
 
-def slots_dir(spool: Spool) -> str:
-    return spool.slots
+def permits_dir(spool: Spool) -> str:
+    return spool.permits
 
 
 def listing(spool: Spool) -> Listing:
-    """One listing of slots/ (a missing directory is an empty one)."""
+    """One listing of permits/ (a missing directory is an empty one)."""
     held, tickets, bad = set(), [], []
-    for entry in fsutil.listdir(slots_dir(spool)):
+    for entry in fsutil.listdir(permits_dir(spool)):
         if entry.startswith("."):
             continue
         try:
             if entry.startswith("wait_"):
                 tickets.append(Ticket.parse(entry))
             else:
-                held.add(Slot.parse(entry))
+                held.add(Permit.parse(entry))
         except ValueError:
             bad.append(entry)
     tickets.sort(key=lambda t: (t.task.run_at, t.task.id))
     return Listing(frozenset(held), tuple(tickets), tuple(bad))
 
 
-def lease_of(spool: Spool, slot: Slot) -> Lease | None:
-    """The lease in a held slot; None if it is free or being given back; ValueError if bad."""
-    found = fsutil.listdir(os.path.join(slots_dir(spool), str(slot)))
+def lease_of(spool: Spool, permit: Permit) -> Lease | None:
+    """The lease in a held permit; None if it is free or being given back; ValueError if bad."""
+    found = fsutil.listdir(os.path.join(permits_dir(spool), str(permit)))
     if not found:
         return None
     if len(found) != 1:
-        raise ValueError(f"slot {slot} holds {len(found)} files, not one lease")
+        raise ValueError(f"permit {permit} holds {len(found)} files, not one lease")
     return Lease.parse(found[0])
 
 
-def take(spool: Spool, slot: Slot, lease: Lease) -> bool:
-    """Take a free slot with this lease; False if it is held."""
-    fsutil.ensure_dir(slots_dir(spool), 0o700)
-    tmp = os.path.join(spool.tmp, f"slot-{secrets.token_hex(8)}")
+def take(spool: Spool, permit: Permit, lease: Lease) -> bool:
+    """Take a free permit with this lease; False if it is held."""
+    fsutil.ensure_dir(permits_dir(spool), 0o700)
+    tmp = os.path.join(spool.tmp, f"permit-{secrets.token_hex(8)}")
     os.mkdir(tmp, 0o700)
     fd = os.open(os.path.join(tmp, str(lease)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.close(fd)
     try:
-        os.rename(tmp, os.path.join(slots_dir(spool), str(slot)))
+        os.rename(tmp, os.path.join(permits_dir(spool), str(permit)))
         return True
     except OSError as e:
         if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EBUSY):  # else: held
@@ -183,16 +183,16 @@ def take(spool: Spool, slot: Slot, lease: Lease) -> bool:
             os.rmdir(tmp)
 
 
-def renew(spool: Spool, slot: Slot, old: Lease, new: Lease) -> None:
+def renew(spool: Spool, permit: Permit, old: Lease, new: Lease) -> None:
     """Extend or hand over a lease in place; FileNotFoundError if it is no longer that one."""
-    where = os.path.join(slots_dir(spool), str(slot))
+    where = os.path.join(permits_dir(spool), str(permit))
     fsutil.rename_cas(os.path.join(where, str(old)), os.path.join(where, str(new)), unique=True)
 
 
-def give_back(spool: Spool, slot: Slot, lease: Lease) -> bool:
-    """Free a slot held with exactly this lease (ours, or an expired one); False if it was not."""
-    where = os.path.join(slots_dir(spool), str(slot))
-    gone = os.path.join(spool.tmp, f"slot-{secrets.token_hex(8)}-{lease}")
+def give_back(spool: Spool, permit: Permit, lease: Lease) -> bool:
+    """Free a permit held with exactly this lease (ours, or an expired one); False if it was not."""
+    where = os.path.join(permits_dir(spool), str(permit))
+    gone = os.path.join(spool.tmp, f"permit-{secrets.token_hex(8)}-{lease}")
     try:
         os.rename(os.path.join(where, str(lease)), gone)
     except FileNotFoundError:
@@ -204,23 +204,23 @@ def give_back(spool: Spool, slot: Slot, lease: Lease) -> bool:
     return True
 
 
-def drop_empty(spool: Spool, slot: Slot) -> None:
-    """Remove a slot directory a crash left empty (safe: rmdir fails on a held one)."""
+def drop_empty(spool: Spool, permit: Permit) -> None:
+    """Remove a permit directory a crash left empty (safe: rmdir fails on a held one)."""
     with contextlib.suppress(OSError):
-        os.rmdir(os.path.join(slots_dir(spool), str(slot)))
+        os.rmdir(os.path.join(permits_dir(spool), str(permit)))
 
 
 def wait(spool: Spool, ticket: Ticket) -> None:
     """Say that a task waits for a mutex (idempotent)."""
-    fsutil.ensure_dir(slots_dir(spool), 0o700)
+    fsutil.ensure_dir(permits_dir(spool), 0o700)
     with contextlib.suppress(FileExistsError):
-        path = os.path.join(slots_dir(spool), str(ticket))
+        path = os.path.join(permits_dir(spool), str(ticket))
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def unwait(spool: Spool, ticket: Ticket) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(slots_dir(spool), str(ticket)))
+        os.unlink(os.path.join(permits_dir(spool), str(ticket)))
 
 
 def lease_for(task_id: str, expiry: int, pid: int, host: str) -> Lease:
