@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import click
 
 from taskq import errors
 from taskq.cli.common import spool_of
 from taskq.cli.params import DURATION, PlainHelp
-from taskq.cli.render import daemon_line, paused_line, stats_text
+from taskq.cli.render import daemon_line, paused_line, permit_line, stats_text
 from taskq.cli.timefmt import stamper, time_format
 from taskq.errors import NotFound
 from taskq.observe import stats
-from taskq.spool import fsck, pause, retention, rundir
+from taskq.spool import fsck, pause, permits, retention, rundir
 from taskq.spool.defaults import default_host_id
 from taskq.times.clock import wall_us
 
@@ -24,20 +25,43 @@ from taskq.times.clock import wall_us
 @time_format
 @click.pass_context
 def status_command(ctx: click.Context, as_json: bool, local: bool | None) -> None:
-    """Show the daemons on this spool: dispatching or not, clock uncertainty, load."""
+    """Show the daemons on this spool: dispatching or not, clock uncertainty, load, permits."""
     stamp = stamper(local)
-    run_dir = spool_of(ctx).run
-    records = rundir.read_all(run_dir)
+    spool = spool_of(ctx)
+    records = rundir.read_all(spool.run)
     for r in records:
-        r["alive"] = rundir.record_alive(run_dir, r, default_host_id(), wall_us())
+        r["alive"] = rundir.record_alive(spool.run, r, default_host_id(), wall_us())
+    held = permits.holdings(spool)
     if as_json:
-        click.echo(json.dumps(records, indent=1))
+        click.echo(json.dumps(with_permits(spool.run, records, held), indent=1))
         return
 
     for r in records:
         click.echo(daemon_line(r, stamp))
-    for held in pause.active(spool_of(ctx), wall_us()):
-        click.echo(paused_line(held.to_doc()))
+    for pause_held in pause.active(spool, wall_us()):
+        click.echo(paused_line(pause_held.to_doc()))
+    for holding in held:
+        click.echo(permit_line(holding.to_doc(), stamp))
+
+
+def with_permits(
+    run_dir: str, records: list[dict[str, Any]], held: list[permits.Holding]
+) -> list[dict[str, Any]]:
+    """Each record with the permits its daemon holds; a holder with no record gets one of its own.
+
+    (A daemon stopped while its attempts ran, or whose record was removed,
+    may still hold permits until their leases expire.)
+    """
+    by_owner: dict[str, list[permits.Holding]] = {}
+    for holding in held:
+        by_owner.setdefault(holding.lease.owner, []).append(holding)
+    for r in records:
+        r["permits"] = [h.to_doc() for h in by_owner.pop(str(r.get("owner")), [])]
+    for owner, found in by_owner.items():
+        here = found[0].lease.host == default_host_id()
+        alive = rundir.owner_alive(run_dir, owner) if here else None
+        records.append({"owner": owner, "alive": alive, "permits": [h.to_doc() for h in found]})
+    return records
 
 
 @click.command(cls=PlainHelp, name="stats")

@@ -137,6 +137,16 @@ def paused_line(p: dict[str, Any]) -> str:
     return f"paused: queue {p['queue']} {until} (since {p['paused_at']})"
 
 
+def permit_line(p: dict[str, Any], stamp: Stamp = format_iso) -> str:
+    """A held permit on one line, as `taskq status` prints it."""
+    what = {"queue": "limit of queue", "mutex": "mutex", "rate": "rate of queue"}[str(p["kind"])]
+    since, until = (restamp(str(p[k]), stamp) for k in ("since", "lease_expiry"))
+    return (
+        f"permit {p['permit']} ({what} {p['name']}): task {p['task']}, "
+        f"held by {p['owner']} since {since} (lease until {until})"
+    )
+
+
 def daemon_line(r: dict[str, Any], stamp: Stamp = format_iso) -> str:
     """One daemon's health record on one line, as `taskq status` prints it."""
     state = "dispatching" if r.get("dispatching") else f"NOT dispatching ({r.get('reason')})"

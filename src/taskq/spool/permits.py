@@ -44,7 +44,7 @@ from typing import NamedTuple
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskName, check_queue, check_token, valid_id
-from taskq.times.timespec import format_compact, parse_compact
+from taskq.times.timespec import format_compact, format_iso, parse_compact
 
 KINDS = ("queue", "mutex", "rate")
 MAX_PERMITS = 10_000  # the most permits one limit may have (I has at most four digits)
@@ -221,6 +221,51 @@ def wait(spool: Spool, ticket: Ticket) -> None:
 def unwait(spool: Spool, ticket: Ticket) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(permits_dir(spool), str(ticket)))
+
+
+class Holding(NamedTuple):
+    """A held permit as an operator sees it: what, for which task, by whom, since when."""
+
+    permit: Permit
+    lease: Lease
+    since: int  # µs: when it was taken (its lease file's mtime, by the filesystem's clock)
+
+    def to_doc(self) -> dict[str, object]:
+        return {
+            "permit": str(self.permit),
+            "kind": self.permit.kind,
+            "name": self.permit.name,
+            "number": self.permit.number,
+            "task": self.lease.task_id,
+            "owner": self.lease.owner,
+            "since": format_iso(self.since),
+            "lease_expiry": format_iso(self.lease.expiry),
+        }
+
+
+def holdings(spool: Spool) -> list[Holding]:
+    """Every permit held now, in name order; what is bad or goes away meanwhile is left out.
+
+    Renewing or handing a lease over renames its file, which keeps its
+    mtime: since is when the permit was first taken for that attempt.
+    """
+    found = (_holding(spool, permit) for permit in sorted(listing(spool).held))
+    return [h for h in found if h is not None]
+
+
+def _holding(spool: Spool, permit: Permit) -> Holding | None:
+    for _ in range(3):  # a lease renewed between the listing and the lstat: look again
+        try:
+            lease = lease_of(spool, permit)
+            if lease is None:
+                return None
+            st = os.lstat(os.path.join(permits_dir(spool), str(permit), str(lease)))
+        except ValueError:  # not ours to judge here: the daemon quarantines it
+            return None
+        except FileNotFoundError:
+            continue
+        return Holding(permit, lease, st.st_mtime_ns // 1000)
+    return None
 
 
 def lease_for(task_id: str, expiry: int, pid: int, host: str) -> Lease:
