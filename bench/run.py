@@ -1,10 +1,14 @@
 """taskq's benchmark suite: figures and ratios measured side by side, one run.
 
-    python bench/run.py [--quick] [--scale N] [--only NAME ...]
+    python bench/run.py [--quick] [--rounds N] [--scale N] [--only NAME ...]
 
 Needs the bench extra (pip install '.[bench]', which brings huey). Prints a
 table: what was measured, taskq's figure, the reference measured on this
-machine in the same run, and the ratio. Sections:
+machine in the same run, and the ratio. Every section runs --rounds times
+(3 by default), taskq and its reference in turn each time (A B A B A B),
+so one noisy run does not decide: each row shows the round whose ratio is
+the median, and the ratio as its median with the spread (lowest-highest)
+over the rounds. Sections:
 
   submit   durable submit throughput (tasks spread over the next day, about
            seven to a minute bucket): `taskq submit` one process per task,
@@ -45,12 +49,37 @@ import burst_floor
 
 HERE = Path(__file__).resolve().parent
 TASKQ = [sys.executable, "-m", "taskq"]
-ROWS: list[tuple[str, str, str, str]] = []
+Row = tuple[str, str, str, str, float | None]
+ROUNDS: list[list[Row]] = []  # each round's rows, in the order the sections made them
 
 
-def row(what: str, ours: str, ref: str = "", ratio: str = "") -> None:
-    ROWS.append((what, ours, ref, ratio))
+def row(what: str, ours: str, ref: str = "", ratio: str = "", value: float | None = None) -> None:
+    """One figure of this round; value is its ratio as a number, for the median over rounds."""
+    ROUNDS[-1].append((what, ours, ref, ratio, value))
     print(f"  {what}: {ours}" + (f" vs {ref} ({ratio})" if ref else ""), flush=True)
+
+
+def summary() -> list[tuple[str, str, str, str]]:
+    """Each row over the rounds: the median round's figures, the ratio's median and spread."""
+    table = []
+    for same in zip(*ROUNDS, strict=True):
+        valued = [r for r in same if r[4] is not None]
+        if len(same) == 1 or len(valued) != len(same):
+            what, ours, ref, ratio, _ = same[0]
+            if len(same) > 1:
+                # No ratio to take the median of: every round's figures.
+                ours = " / ".join(r[1] for r in same)
+                ratio = " / ".join(r[3] for r in same) if ratio else ""
+            table.append((what, ours, ref, ratio))
+            continue
+        ranked = sorted(valued, key=lambda r: r[4] or 0.0)
+        what, ours, ref, ratio, _ = ranked[(len(ranked) - 1) // 2]
+        values = [r[4] or 0.0 for r in ranked]
+        unit = "x closer" if ratio.endswith("closer") else "x"
+        median = statistics.median(values)
+        spread = f"{values[0]:.2f}-{values[-1]:.2f}"
+        table.append((what, ours, ref, f"{median:.2f}{unit} ({spread})"))
+    return table
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -137,42 +166,49 @@ def bench_submit(tmp: Path, quick: bool) -> None:
         f"{one * 1000:.0f} ms",
         f"{click * 1000:.0f} ms `python -c 'import click'`",
         f"{one / click:.2f}x",
+        value=one / click,
     )
     row(
         "`taskq submit --batch`",
         f"{batch:,.0f}/s",
         f"{group:,.0f}/s raw group commit",
         f"{batch / group:.2f}x",
+        value=batch / group,
     )
     row(
         "single `taskq submit` processes",
         f"{single:,.0f}/s",
         f"{raw:,.0f}/s raw fsync'd files",
         f"{single / raw:.2f}x",
+        value=single / raw,
     )
     row(
         "library submit(), one process",
         f"{lib:,.0f}/s",
         f"{raw:,.0f}/s raw fsync'd files",
         f"{lib / raw:.2f}x",
+        value=lib / raw,
     )
     row(
         "`taskq submit --batch`",
         f"{batch:,.0f}/s",
         f"{single:,.0f}/s single submits",
         f"{batch / single:.0f}x",
+        value=batch / single,
     )
     row(
         "`taskq submit --batch`",
         f"{batch:,.0f}/s",
         f"{hue:,.0f}/s huey SqliteHuey schedule()",
         f"{batch / hue:.2f}x",
+        value=batch / hue,
     )
     row(
         "library submit(), one process",
         f"{lib:,.0f}/s",
         f"{hue:,.0f}/s huey SqliteHuey schedule()",
         f"{lib / hue:.2f}x",
+        value=lib / hue,
     )
 
 
@@ -264,7 +300,13 @@ def bench_lateness(tmp: Path, quick: bool) -> None:
     # Compared by distance from run_at: huey starts some tasks early (negative).
     for label, p in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
         a, b = pct([abs(x) for x in ours], p), pct([abs(x) for x in theirs], p)
-        row(f"|start - run_at| {label}", ms(a), f"{ms(b)} huey consumer", f"{b / a:.0f}x closer")
+        row(
+            f"|start - run_at| {label}",
+            ms(a),
+            f"{ms(b)} huey consumer",
+            f"{b / a:.0f}x closer",
+            value=b / a,
+        )
     early = [x for x in theirs if x < 0]
     row(
         "tasks started early",
@@ -358,12 +400,14 @@ def bench_burst(tmp: Path, quick: bool) -> None:
         f"{all_started:.2f} s ({ours:,.0f}/s)",
         f"{n / raw:.2f} s ({raw:,.0f}/s) Python Popen, 16 in flight",
         f"{ours / raw:.2f}x",
+        value=ours / raw,
     )
     row(
         f"all {n:,} started after",
         f"{all_started:.2f} s ({ours:,.0f}/s)",
         f"{n / floor:.2f} s ({floor:,.0f}/s) the spool's file work alone (burst_floor.py)",
         f"{ours / floor:.2f}x",
+        value=ours / floor,
     )
     row("burst lateness p50 / p99", f"{ms(pct(lateness, 0.5))} / {ms(pct(lateness, 0.99))}")
     row("all done after", f"{done - run_at:.2f} s")
@@ -408,6 +452,7 @@ def bench_scale(tmp: Path, quick: bool, n: int) -> None:
         f"{full['rss']:.0f} MB",
         f"{empty['rss']:.0f} MB empty spool",
         f"{full['rss'] / empty['rss']:.2f}x",
+        value=full["rss"] / empty["rss"],
     )
     row(
         "daemon CPU while idle (10 s)",
@@ -420,12 +465,14 @@ def bench_scale(tmp: Path, quick: bool, n: int) -> None:
         f"{full['first']:.3f} s",
         f"{empty['first']:.3f} s empty",
         f"{full['first'] / empty['first']:.2f}x",
+        value=full["first"] / empty["first"],
     )
     row(
         "due-task lateness p50",
         ms(full["late"]),
         f"{ms(empty['late'])} empty",
         f"{full['late'] / empty['late']:.2f}x",
+        value=full["late"] / empty["late"],
     )
     for key, what in (
         ("show", "taskq show ID"),
@@ -593,6 +640,7 @@ def main() -> None:
         "--scale", type=int, default=100_000, help="pending tasks for the scale case"
     )
     parser.add_argument("--only", nargs="*", choices=["submit", "lateness", "burst", "scale"])
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each section, in turn")
     args = parser.parse_args()
     sections: dict[str, Callable[[Path], None]] = {
         "submit": lambda t: bench_submit(t, args.quick),
@@ -600,20 +648,23 @@ def main() -> None:
         "burst": lambda t: bench_burst(t, args.quick),
         "scale": lambda t: bench_scale(t, args.quick, args.scale),
     }
-    with tempfile.TemporaryDirectory(prefix="taskq-bench-") as tmp:
-        for name, section in sections.items():
-            if args.only and name not in args.only:
-                continue
-            directory = Path(tmp) / name
-            directory.mkdir()
-            section(directory)
+    for n in range(1, max(1, args.rounds) + 1):
+        print(f"round {n}:", flush=True)
+        ROUNDS.append([])
+        with tempfile.TemporaryDirectory(prefix="taskq-bench-") as tmp:
+            for name, section in sections.items():
+                if args.only and name not in args.only:
+                    continue
+                directory = Path(tmp) / name
+                directory.mkdir()
+                section(directory)
     print()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"taskq benchmark, {os.cpu_count()} cores, {when}")
-    widths = [max(len(r[i]) for r in ROWS) for i in range(4)]
+    print(f"taskq benchmark, {os.cpu_count()} cores, {when}, {len(ROUNDS)} rounds")
+    rows = summary()
     header = ("measure", "taskq", "reference (same machine, same run)", "ratio")
-    widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]
-    for r in (header, *ROWS):
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(4)]
+    for r in (header, *rows):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
