@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -163,6 +164,26 @@ def test_fsck_reports_quarantines_and_repairs(tq: Taskq, tmp_path: Path) -> None
     assert not (bucket / "junk").exists() and not writable.exists()
     assert tq.state(good) == "pending" and (tq.spool / "keys").exists()
     assert tq.run("fsck", check=False).returncode == 1  # the orphaned logs remain
+
+
+def test_fsck_never_follows_a_link_where_a_layout_directory_should_be(
+    tq: Taskq, tmp_path: Path
+) -> None:
+    """A link planted where ids/ was is set aside; what it points at is left alone."""
+    task = tq.submit("--in", "1h", "--", "true")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    elsewhere.chmod(0o755)
+    shutil.rmtree(tq.spool / "ids")  # documented as safe: fsck rebuilds the hints
+    (tq.spool / "ids").symlink_to(elsewhere)
+    report = json.loads(tq.run("fsck", "--json", check=False).stdout)
+    text = "\n".join(report["findings"])
+    assert "ids: a symbolic link where a directory of the layout should be" in text, text
+    assert elsewhere.stat().st_mode & 0o7777 == 0o755  # never chmodded through the link
+    assert not (tq.spool / "ids").is_symlink() and (tq.spool / "ids").is_dir()
+    assert [p for p in (tq.spool / "corrupt").iterdir() if p.is_symlink()]
+    assert tq.state(task) == "pending"
+    assert tq.run("fsck").stdout.decode() == "fsck: 0 problem(s), 0 fixed\n"
 
 
 @pytest.mark.slow

@@ -95,25 +95,44 @@ class Checker:
             shared = False
         for sub in (".", *SUBDIRS):
             path = os.path.normpath(os.path.join(self.spool.root, sub))
-            if not os.path.isdir(path):
-                if self.fix(f"{self.rel(path)}/ is missing", "created") and not os.path.exists(
-                    path
-                ):
-                    os.makedirs(path, 0o700, exist_ok=True)
-                continue
-            mode = stat.S_IMODE(os.lstat(path).st_mode)
-            # A shared spool (its root group-writable) keeps its group bits;
-            # no spool directory may be writable by others.
-            loose = 0o007 if shared else 0o077
-            fixed = (mode & ~loose) & 0o7777
-            if mode & loose and self.fix(
-                f"{self.rel(path)}/ has mode {mode:04o}", f"set to {fixed:04o}"
-            ):
-                os.chmod(path, fixed)
+            self.layout_dir(path, shared)
         known = {*SUBDIRS, DOORBELL, CONFIG}
         for entry in fsutil.listdir(self.spool.root, follow=True):
             if entry not in known and not stray(entry):
                 self.quarantine(os.path.join(self.spool.root, entry), "not part of a spool")
+
+    def layout_dir(self, path: str, shared: bool) -> None:
+        """Check one directory of the layout: there, a directory (never a link), its mode.
+
+        What stands in its place (a symbolic link, a file) is set aside in
+        corrupt/, never followed: a link planted where ids/ was would have
+        fsck change the mode of whatever it points at.
+        """
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            if self.fix(f"{self.rel(path)}/ is missing", "created"):
+                os.makedirs(path, 0o700, exist_ok=True)
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            self.quarantine(path, f"{what} where a directory of the layout should be")
+            if not self.dry and not os.path.lexists(path):
+                os.makedirs(path, 0o700, exist_ok=True)
+            return
+        mode = stat.S_IMODE(st.st_mode)
+        # A shared spool (its root group-writable) keeps its group bits;
+        # no spool directory may be writable by others.
+        loose = 0o007 if shared else 0o077
+        fixed = (mode & ~loose) & 0o7777
+        if mode & loose and self.fix(
+            f"{self.rel(path)}/ has mode {mode:04o}", f"set to {fixed:04o}"
+        ):
+            fd = fsutil.open_dir(path)  # the directory looked at, never a link put there since
+            try:
+                os.fchmod(fd, fixed)
+            finally:
+                os.close(fd)
 
     def quarantine(self, path: str, reason: str) -> None:
         if self.fix(f"{self.rel(path)}: {reason}", "quarantined in corrupt/"):
