@@ -28,6 +28,7 @@ from taskq.notify.event import Ended
 from taskq.spool import journal
 from taskq.spool.config import Notify
 from taskq.spool.layout import Spool
+from taskq.spool.runas import requester
 from taskq.spool.task import TaskBody
 from taskq.times.timespec import SECOND, format_duration
 
@@ -82,7 +83,9 @@ class Teller:
         to = (
             None
             if body is None
-            else mail.recipient(body, ended.state, ended.reason, lambda: _owner(ended.path))
+            else mail.recipient(
+                body, ended.state, ended.reason, lambda: requester(body, _owner(ended.path))
+            )
         )
         hook = self.notify if self.notify and ended.state in self.notify.on else None
         if to is None and hook is None:
@@ -123,7 +126,7 @@ class Teller:
 
 
 def _owner(path: str) -> int:
-    """The uid that owns a task file (its submitter); ours if it is gone."""
+    """The uid that owns a task file; ours if it is gone."""
     try:
         return os.stat(path).st_uid
     except OSError:

@@ -1,7 +1,8 @@
 """Idempotency keys: keys/<uid>-<hash>, each naming the first task submitted with it.
 
 A key file is created by link() (which refuses an existing name) and holds
-one task name. This module owns where a user's key lives, reading one
+one task name; it is its user's, or root's (a daemon binds a member's key
+when it files the member's drop file). This module owns where a user's key lives, reading one
 (refusing what is no small regular file of that user), and finding the key
 file that binds a task; binding a new key is submit's (client/submit.py),
 removing squats and abandoned ones is retention's.
@@ -58,9 +59,18 @@ def read_key(path: str, uid: int | None = None) -> TaskName:
     ValueError if it names no task.
     """
     data, st = fsutil.read_small(path, KEY_LIMIT)
-    if uid is not None and st.st_uid != uid:
+    if uid is not None and not rightful(st.st_uid, uid):
         raise ForeignKey(f"owned by uid {st.st_uid}, not by uid {uid} whose key it is")
     return TaskName.parse(data.decode().strip())
+
+
+def rightful(owner: int, uid: int) -> bool:
+    """Whether a file owned by `owner` may bind uid's key: uid's own, or root's.
+
+    A daemon run as root binds a member's keys itself when it files the
+    member's drop files (a shared spool's keys/ is root's to write).
+    """
+    return owner == uid or owner == 0
 
 
 def bound_key(spool: Spool, task_file: str, task_id: str) -> str | None:

@@ -5,7 +5,8 @@ the retention period; with it go each task's logs/<id>/ and the key file
 that names it. failed/ and cancelled/ are left for the operator.
 Submissions abandoned in tmp/ (never acknowledged) are removed with their
 keys once older than the daemon's --tmp-max-age, and so are key files that
-a member planted to block another (squats).
+a member planted to block another (squats). A shared spool's answers to
+its members (replies/) go a day after they were written (drop.REPLY_TTL).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import stat
 from dataclasses import dataclass
 
 from taskq.spool import byid, fsutil
-from taskq.spool.keys import bound_key, key_owner
+from taskq.spool.keys import bound_key, key_owner, rightful
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskName
 from taskq.times.timespec import DAY, parse_compact
@@ -132,7 +133,7 @@ def _squat(path: str, entry: str) -> str | None:
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file (a squat)"
     uid = key_owner(entry)
-    if uid is not None and st.st_uid != uid:
+    if uid is not None and not rightful(st.st_uid, uid):
         return f"owned by uid {st.st_uid}, not by uid {uid} whose key it is (a squat)"
     return None
 
@@ -143,3 +144,15 @@ def _forget_key(spool: Spool, tmp: str, task_id: str) -> None:
     if path is not None:
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+def clean_replies(spool: Spool, now: int) -> int:
+    """Remove the answers in replies/ older than drop.REPLY_TTL; return how many went."""
+    from taskq.spool import drop
+
+    gone = 0
+    for path in drop.old_replies(spool, now):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            gone += 1
+    return gone

@@ -1,12 +1,14 @@
 """Whose task is it, and may it run: the run-as-owner rules, like atd's.
 
-A task runs as the owner of its file. A daemon run as root runs each task
-as its file's owner (with that user's groups, HOME, USER, LOGNAME and
-SHELL), provided the owner has a passwd entry and the spool's config allows
-the user ([security] allow = [...], deny = [...] in config.toml; no allow
-list means every user). A daemon run as an ordinary user runs only tasks
-whose files that user owns. Files that others could write were refused
-before this point (fsutil.read_spool_file).
+A task is the request of its file's owner, or, in a file root owns that
+records a submitter (a daemon filed it from a member's drop file), of that
+submitter (`requester`). A daemon run as root runs each task as that user
+(with the user's groups, HOME, USER, LOGNAME and SHELL), provided the user
+has a passwd entry and the spool's config allows the user ([security]
+allow = [...], deny = [...] in config.toml; no allow list means every
+user). A daemon run as an ordinary user runs only its own user's tasks.
+Files that others could write were refused before this point
+(fsutil.read_spool_file).
 """
 
 from __future__ import annotations
@@ -15,6 +17,22 @@ import os
 import pwd
 import time
 from dataclasses import dataclass
+
+from taskq.errors import CorruptFile
+from taskq.spool.task import TaskBody
+
+
+def requester(body: TaskBody, file_uid: int) -> int:
+    """The uid whose request a task is: its file's owner, or the submitter root filed it for.
+
+    Only root can make a file that root owns, so a recorded submitter counts
+    in root's files alone; in anyone else's it must be the owner.
+    """
+    if body.submitter is None or body.submitter == file_uid:
+        return file_uid
+    if file_uid == 0:
+        return body.submitter
+    raise CorruptFile(f"records submitter uid {body.submitter} but is owned by uid {file_uid}")
 
 
 @dataclass(frozen=True)
@@ -86,3 +104,22 @@ def _account(uid: int, me: int) -> RunAs | None:
         account = RunAs(uid, pw.pw_gid, groups, pw.pw_name, pw.pw_dir)
     _accounts[uid] = (now, account)
     return account
+
+
+def private_group(uid: int) -> int | None:
+    """The user's own group (a user private group, as Debian makes them), or None.
+
+    A root daemon makes a member's task file and journal readable by this
+    group, so that the member alone reads them. A primary group that other
+    users share, or none, gives None: those files stay root's alone.
+    """
+    import grp
+
+    try:
+        pw = pwd.getpwuid(uid)
+        group = grp.getgrgid(pw.pw_gid)
+    except KeyError:
+        return None
+    if group.gr_name != pw.pw_name or set(group.gr_mem) - {pw.pw_name}:
+        return None
+    return group.gr_gid

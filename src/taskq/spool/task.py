@@ -82,7 +82,20 @@ def new_id(now_us: int) -> str:
     value = ((now_us // 1000) << 80) | int.from_bytes(os.urandom(10), "big")
     value = max(value, _last_id + 1)
     _last_id = value
+    return encode_id(value)
+
+
+def encode_id(value: int) -> str:
+    """The 26 characters of an id's 128 bits (48 of milliseconds, 80 more)."""
     return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(120, -1, -10)])
+
+
+def decode_id(task_id: str) -> int:
+    """The bits of a well-formed id (check_id's), as encode_id took them."""
+    value = 0
+    for c in task_id:
+        value = (value << 5) | _CROCKFORD.index(c)
+    return value
 
 
 def valid_id(text: str) -> bool:
@@ -353,6 +366,9 @@ class TaskBody:
     after_any: bool = False  # run however they ended (--after-any), not only if all are done
     mail: str | None = None  # --mail: failure, always or never; None: as MAILTO says
     mutex: str | None = None  # --mutex: at most one attempt holding it runs, cluster-wide
+    # The uid the task is the request of, where its file cannot say (a root
+    # daemon filed it from a member's drop file); None: its file's owner.
+    submitter: int | None = None
 
     def to_json(self) -> bytes:
         """Serialise to the on-disk JSON form (documented in taskq-spool(5)), once.
@@ -391,6 +407,8 @@ class TaskBody:
             doc["mail"] = self.mail
         if self.mutex is not None:
             doc["mutex"] = self.mutex
+        if self.submitter is not None:
+            doc["submitter"] = self.submitter
         return layout(doc)
 
     @classmethod
@@ -436,6 +454,7 @@ class TaskBody:
             after_any=_choice(doc, "after_mode", ("ok", "any"), "ok") == "any",
             mail=_opt_choice(doc, "mail", MAIL_MODES),
             mutex=None if doc.get("mutex") is None else check_mutex(_str(doc, "mutex")),
+            submitter=_opt_uid(doc, "submitter"),
         )
 
 
@@ -506,6 +525,18 @@ def _positive_int(doc: dict[str, Any], key: str) -> int:
     value = doc[key]
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise CorruptFile(f"bad task body: {key} must be a positive integer")
+    return value
+
+
+MAX_UID = (1 << 32) - 2  # (uid_t)-1 means "no change" to chown(2)
+
+
+def _opt_uid(doc: dict[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_UID:
+        raise CorruptFile(f"bad task body: {key} must be a uid (0 to {MAX_UID})")
     return value
 
 
