@@ -75,6 +75,16 @@ class CorruptFile(TaskqError):
     """A spool file that cannot be parsed; the caller quarantines it."""
 
 
+def for_status(status: int, message: str) -> TaskqError:
+    """The error that exits with this status: a daemon's answer, reported as its command would."""
+    for kind in (BadInput, NotFound, Conflict, TempFail, NoPermission, ConfigError):
+        if kind.exit_status == status:
+            return kind(message)
+    error = TaskqError(message)
+    error.exit_status = status if 0 < status < 256 else EX_FAILURE
+    return error
+
+
 def wait_status(ends: Sequence[tuple[str, int | None]]) -> int:
     """taskq wait's status, from how each task ended: (state, its last exit status).
 

@@ -42,6 +42,7 @@ class _Group(PlainGroup):
         "stats": ("taskq.cli.admin", "stats_command"),
         "gc": ("taskq.cli.admin", "gc_command"),
         "fsck": ("taskq.cli.admin", "fsck_command"),
+        "init": ("taskq.cli.init", "init_command"),
         "fence-check": ("taskq.cli.fence_check", "fence_check_command"),
         "schedule": ("taskq.cli.schedule", "schedule"),
         "top": ("taskq.cli.top", "top"),

@@ -20,10 +20,10 @@ import stat
 from dataclasses import dataclass, field
 
 from taskq.errors import BadInput, CorruptFile, NotFound
-from taskq.spool import byid, fsutil
+from taskq.spool import byid, fsutil, sharing
 from taskq.spool.config import CONFIG
 from taskq.spool.keys import ForeignKey, key_owner, read_key
-from taskq.spool.layout import DOORBELL, SUBDIRS, Spool, stray
+from taskq.spool.layout import DOORBELL, DROP_DIRS, SUBDIRS, Spool, stray
 from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket, valid_id
 from taskq.times.timespec import HOUR, SECOND
 
@@ -93,33 +93,38 @@ class Checker:
             shared = bool(os.stat(self.spool.root).st_mode & 0o020)
         except OSError:
             shared = False
-        for sub in (".", *SUBDIRS):
+        modes = sharing.expected(self.spool)
+        for sub in (".", *SUBDIRS, *(DROP_DIRS if modes else ())):
             path = os.path.normpath(os.path.join(self.spool.root, sub))
-            self.layout_dir(path, shared)
-        known = {*SUBDIRS, DOORBELL, CONFIG}
+            if self.layout_dir(path, shared) and modes is not None:
+                self.shared_mode(path, *modes[sub])
+        known = {*SUBDIRS, *DROP_DIRS, DOORBELL, CONFIG}
         for entry in fsutil.listdir(self.spool.root, follow=True):
             if entry not in known and not stray(entry):
                 self.quarantine(os.path.join(self.spool.root, entry), "not part of a spool")
 
-    def layout_dir(self, path: str, shared: bool) -> None:
+    def layout_dir(self, path: str, shared: bool) -> bool:
         """Check one directory of the layout: there, a directory (never a link), its mode.
 
         What stands in its place (a symbolic link, a file) is set aside in
         corrupt/, never followed: a link planted where ids/ was would have
-        fsck change the mode of whatever it points at.
+        fsck change the mode of whatever it points at. False if the
+        directory is not there (even after a repair, with --dry-run).
         """
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             if self.fix(f"{self.rel(path)}/ is missing", "created"):
-                os.makedirs(path, 0o700, exist_ok=True)
-            return
+                fsutil.ensure_dir(path)  # (in a shared spool, as its parent; shared_mode sets it)
+            return not self.dry
         if not stat.S_ISDIR(st.st_mode):
             what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
             self.quarantine(path, f"{what} where a directory of the layout should be")
             if not self.dry and not os.path.lexists(path):
-                os.makedirs(path, 0o700, exist_ok=True)
-            return
+                fsutil.ensure_dir(path)
+            return not self.dry
+        if sharing.expected(self.spool) is not None:
+            return True  # a shared spool's modes are its table's (shared_mode)
         mode = stat.S_IMODE(st.st_mode)
         # A shared spool (its root group-writable) keeps its group bits;
         # no spool directory may be writable by others.
@@ -133,6 +138,22 @@ class Checker:
                 os.fchmod(fd, fixed)
             finally:
                 os.close(fd)
+        return True
+
+    def shared_mode(self, path: str, mode: int, gid: int) -> None:
+        """A shared spool's directory has its mode and group from the table (sharing.py)."""
+        fd = fsutil.open_dir(path)
+        try:
+            st = os.fstat(fd)
+            was = stat.S_IMODE(st.st_mode)
+            if (was, st.st_gid) == (mode, gid):
+                return
+            text = f"{self.rel(path)}/ has mode {was:04o} and group {st.st_gid}"
+            if self.fix(text, f"set to {mode:04o} and group {gid} (a shared spool's)"):
+                os.fchown(fd, -1, gid)
+                os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
 
     def quarantine(self, path: str, reason: str) -> None:
         if self.fix(f"{self.rel(path)}: {reason}", "quarantined in corrupt/"):

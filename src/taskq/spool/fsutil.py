@@ -149,23 +149,46 @@ def fsync_dir(path: str) -> None:
 
 def syncfs(path: str) -> None:
     """Flush the whole filesystem holding path: one call commits a batch."""
-    sync = _libc("syncfs")
-    if sync is None:
-        os.sync()
-        return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        if sync(fd) != 0:
-            err = _errno()
-            raise OSError(err, os.strerror(err), path)
+        syncfs_fd(fd, path)
     finally:
         os.close(fd)
 
 
-def write_new(path: str, data: bytes, mode: int = 0o600, sync: bool = True) -> None:
-    """Create path exclusively, write data and (by default) fsync it."""
+def syncfs_fd(fd: int, what: str) -> None:
+    """Flush the whole filesystem that holds an open file: its data and every entry made.
+
+    For a file in a directory that one may write but not read (a shared
+    spool's drop/), which cannot be opened to fsync its entries.
+    """
+    sync = _libc("syncfs")
+    if sync is None:
+        os.sync()
+        return
+    if sync(fd) != 0:
+        err = _errno()
+        raise OSError(err, os.strerror(err), what)
+
+
+def write_new(
+    path: str,
+    data: bytes,
+    mode: int = 0o600,
+    sync: bool = True,
+    owner: int | None = None,
+    group: int | None = None,
+) -> None:
+    """Create path exclusively, write data and (by default) fsync it.
+
+    An owner or group given is set on the new file's descriptor before it
+    holds anything (a root daemon's file for one member to read).
+    """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
+        if owner is not None or group is not None:
+            os.fchown(fd, -1 if owner is None else owner, -1 if group is None else group)
+            os.fchmod(fd, mode)  # (chown drops setgid and the like; mode is what was asked)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

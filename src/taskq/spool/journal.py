@@ -33,6 +33,30 @@ def append(log_dir: str, event: str, now: int, **fields: Any) -> bool:
     return True
 
 
+def begin(log_dir: str, event: str, now: int, group: int | None, **fields: Any) -> bool:
+    """Append a task's first record, making its journal readable by `group` (0640) if given.
+
+    For a root daemon's record of a member's task: the member, alone in its
+    own group, may then read its history (runas.private_group). Like
+    append, a record that cannot be written is logged and skipped.
+    """
+    try:
+        fd = _open(log_dir)
+        try:
+            if group is not None:
+                os.fchown(fd, -1, group)
+                os.fchmod(fd, 0o640)
+            os.write(fd, _after_torn(fd) + _line(event, now, fields))
+        finally:
+            os.close(fd)
+    except OSError as e:
+        import logging
+
+        logging.getLogger("taskq").warning("cannot journal %s in %s: %s", event, log_dir, e)
+        return False
+    return True
+
+
 def append_durable(log_dir: str, event: str, now: int, **fields: Any) -> None:
     """Append a record that decides what the daemon does, and fsync it; OSError if not.
 

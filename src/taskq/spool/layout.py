@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import stat
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -41,6 +42,9 @@ SUBDIRS = (
     "ids",
     "permits",
 )
+# A shared spool's (`taskq init --shared`; see drop.py): what members drop,
+# what daemons picked up, and the answers for members to read.
+DROP_DIRS = ("drop", "pickup", "replies")
 STATES = ("waiting", "pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
 _PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
 END_STATES = ("done", "failed", "cancelled")
@@ -85,7 +89,7 @@ class Spool:
         # CLI prints it, a daemon logs it.
         self.warn: Callable[[str], None] = _log_warning
         self._warned: set[str] = set()
-        for sub in SUBDIRS:
+        for sub in (*SUBDIRS, *DROP_DIRS):
             setattr(self, sub, os.path.join(self.root, sub))
         self.doorbell = os.path.join(self.root, DOORBELL)
 
@@ -105,6 +109,20 @@ class Spool:
     paused: str
     ids: str
     permits: str
+    drop: str
+    pickup: str
+    replies: str
+
+    def shared(self) -> bool:
+        """Whether members submit through a drop (drop/ is a directory, never a link)."""
+        try:
+            return stat.S_ISDIR(os.lstat(self.drop).st_mode)
+        except OSError:
+            return False
+
+    def member(self) -> bool:
+        """Whether this process is a member of a shared spool, not its owner: it may drop only."""
+        return self.shared() and os.stat(self.root).st_uid != os.geteuid()
 
     def init(self) -> None:
         """Create the layout (idempotent), with permissions for one owner."""
@@ -146,9 +164,12 @@ class Spool:
         return self.read_task(path)[0]
 
     def read_task(self, path: str) -> tuple[TaskBody, int]:
-        """Read and validate a task body; also return the uid that owns the file."""
+        """Read and validate a task body; also return the uid whose request it is (runas)."""
+        from taskq.spool.runas import requester
+
         data, owner = fsutil.read_spool_file_owned(path, MAX_BODY)
-        return TaskBody.from_json(data), owner
+        body = TaskBody.from_json(data)
+        return body, requester(body, owner)
 
     # -- lookup ---------------------------------------------------------
 
