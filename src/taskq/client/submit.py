@@ -25,25 +25,27 @@ _PUBLISH_TRIES = (
 )
 
 
-def submit(spool: Spool, body: TaskBody) -> tuple[TaskName, bool]:
+def submit(spool: Spool, body: TaskBody, group: int | None = None) -> tuple[TaskName, bool]:
     """Make the task durable; return its name and whether it was created.
 
     On a key hit nothing is created and the name is the first task's (as it
     was submitted). On failure nothing is left behind, unless a daemon had
     already claimed the published task: then it exists, and so does its key.
+    A group given makes the task file readable by that group (a root
+    daemon filing a member's task for the member alone to read: pickup.py).
     """
     name = TaskName(body.run_at, body.id, 1, body.queue)
     tmp = os.path.join(spool.tmp, f"{body.id}.task")
     bound = None
     try:
-        fsutil.write_new(tmp, body.to_json())
+        fsutil.write_new(tmp, body.to_json(), 0o600 if group is None else 0o640, group=group)
         crash_point("submit.written")
         if body.key is not None:
-            existing = _bind_key(spool, body.key, name)
+            existing = _bind_key(spool, body.key, name, uid=_keyholder(body))
             if existing is not None:
                 os.unlink(tmp)
                 return existing, False
-            bound = key_path(spool, body.key)
+            bound = key_path(spool, body.key, _keyholder(body))
             crash_point("submit.key-bound")
         _publish_body(spool, tmp, name, body)
         crash_point("submit.synced")
@@ -158,9 +160,10 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
         crash_point("submit.written")
         keyed = [i for i in todo if bodies[i].key is not None]
         for i in keyed:
-            existing = _bind_key(spool, str(bodies[i].key), names[i], sync=False)
+            uid = _keyholder(bodies[i])
+            existing = _bind_key(spool, str(bodies[i].key), names[i], sync=False, uid=uid)
             if existing is None:
-                bound[i] = key_path(spool, str(bodies[i].key))
+                bound[i] = key_path(spool, str(bodies[i].key), uid)
             else:
                 results[i] = (existing, False)
                 os.unlink(tmps[i])
@@ -224,18 +227,29 @@ def _write_hints(spool: Spool, names: list[TaskName]) -> None:
         byid.point_name(spool, name)  # never fails
 
 
-def _bind_key(spool: Spool, key: str, name: TaskName, sync: bool = True) -> TaskName | None:
-    """Bind key to this task; return the task already bound to it, if any.
+def _keyholder(body: TaskBody) -> int:
+    """Whose key a task's is: its submitter's (a member's drop file, filed by root), or ours."""
+    return os.geteuid() if body.submitter is None else body.submitter
+
+
+def _bind_key(
+    spool: Spool, key: str, name: TaskName, sync: bool = True, uid: int | None = None
+) -> TaskName | None:
+    """Bind uid's key (by default ours) to this task; return the task already bound to it.
 
     With sync=False the caller syncs the staging file before and the key
-    directory after (group commit).
+    directory after (group commit). A key bound for another user (a
+    member, by the root daemon filing the member's drop file) is readable,
+    so that the member's submit finds it without asking a daemon.
     """
-    uid = os.geteuid()
-    with contextlib.suppress(OSError, ValueError, CorruptFile):  # none, or not ours: ignored
-        return _adopt_key(spool, legacy_key_path(spool, key), uid)
+    me = os.geteuid()
+    uid = me if uid is None else uid
+    if uid == me:
+        with contextlib.suppress(OSError, ValueError, CorruptFile):  # none, or not ours: ignored
+            return _adopt_key(spool, legacy_key_path(spool, key), uid)
     path = key_path(spool, key, uid)
     staging = os.path.join(spool.keys, f".{name.id}.tmp")
-    fsutil.write_new(staging, f"{name}\n".encode(), sync=sync)
+    fsutil.write_new(staging, f"{name}\n".encode(), 0o600 if uid == me else 0o644, sync=sync)
     try:
         os.link(staging, path)
     except FileExistsError:

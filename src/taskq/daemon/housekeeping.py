@@ -60,6 +60,7 @@ class Housekeeper:
         now = self.wall()
         for line in retention.clean_tmp(self.spool, now, self.tmp_max_age):
             log.warning("%s", line)
+        retention.clean_replies(self.spool, now)
         if gc_too and self.keep_done is not None:
             found = retention.collect(self.spool, now, self.keep_done)
             if found.tasks:

@@ -3,7 +3,8 @@
 Everything in memory (the due index, the running attempts) is a cache of the
 spool that start-up rebuilds; the spool is the record. Each part owns one
 job: Wakeups (signals, the doorbell), Clock (now, and how far to trust it),
-Health (lock, status record, sd_notify), Dispatcher (due index, claim and
+Health (lock, status record, sd_notify), Pickup (a shared spool's drop:
+members' submissions and requests taken in), Dispatcher (due index, claim and
 prepare), Attempts (children and adopted orphans), Recovery (leases,
 takeover, adoption), Settler (moving a claim where policy says), GroupCommit
 (fsync what an iteration touched), Housekeeper (tmp/ and retention, in a
@@ -58,9 +59,11 @@ class Daemon(Parts):
         self.prepared: list[Prepared] = []
         self.stopping = False
         self.stop_deadline = NEVER
+        self.shared = spool.shared()  # members submit through drop/ (pickup.py)
         self.rescan_wanted = True
         self.bell_rang = False
-        self.next = {"rescan": 0, "renew": 0, "poll": NEVER}
+        self.intake_left = False  # a pass of the pickup stopped at its budget
+        self.next = {"rescan": 0, "renew": 0, "poll": NEVER, "pickup": 0}
 
     def _requeued(self, name: TaskName) -> None:
         self.dispatcher.index.push(name)
@@ -150,6 +153,7 @@ class Daemon(Parts):
             left = {p.claim.task.id for p in self.prepared}
             self.limits.started(before - left, self.clock.now())
         if not self.stopping:
+            self._take_in(self.clock.now(), rang)  # after the starts a flood of files could delay
             self._pass_schedules(self.clock.now(), rang)  # after the starts it could delay
         snap, mono = self._snapshot(), self.clock.mono()
         self.health.tell_systemd(snap, mono, self.cfg.workers)
@@ -189,6 +193,21 @@ class Daemon(Parts):
         self.recovery.scan(now, mono, self.guard.ok, mine)
         self.limits.sweep(self.attempts.ids() | {p.claim.task.id for p in self.prepared})
         self.limits.reclaim(now, self.guard.ok)
+
+    def _take_in(self, now: int, rang: bool) -> None:
+        """Pick up members' drop files (a shared spool) when woken for them, or as a safety net."""
+        mono = self.clock.mono()
+        if not (rang or self.intake_left or mono >= self.next["pickup"]):
+            return
+        if mono >= self.next["pickup"]:
+            self.next["pickup"] = mono + self.cfg.rescan
+            self.shared = self.spool.shared()  # (a spool made shared while we run)
+        if not self.shared:
+            return
+        took = self.pickup.run(now)
+        self.intake_left = took.more
+        if took.filed:
+            self.rescan_wanted = True  # due now: claimed in the next turn, at once
 
     def _find_due_work(self, now: int) -> None:
         """Rescan when asked (doorbell, safety net, index drained), then claim due tasks."""
@@ -271,8 +290,8 @@ class Daemon(Parts):
         if self.guard.ok:
             wake_at = self.schedules.wake_at(busy=bool(self.prepared))
             out.append(mono + wake_at - self.clock.now())
-        if not index and index.more_beyond:
-            out.append(mono)  # the index ran dry: load the next bucket now
+        if (not index and index.more_beyond) or self.intake_left or self.rescan_wanted:
+            out.append(mono)  # the index ran dry, drop files wait, or tasks were filed: at once
         if mono < self.starter.paused_until:
             out.append(self.starter.paused_until)
             return out

@@ -1,12 +1,14 @@
-"""What wakes the daemon's loop: signals, the doorbell, children, and time.
+"""What wakes the daemon's loop: signals, the doorbell, the drop, children, and time.
 
 Signal handlers only set flags and write to a self-pipe (Python's wakeup
 fd); the loop does the work. Submitters on this host touch the doorbell,
-which inotify (through watchdog) turns into a byte on a pipe. Submitters on
-other hosts of a shared filesystem are invisible to inotify, so the loop
-also stats the doorbell every `poll` interval and treats a changed stamp as
-a ring: one stat, not a rescan, per interval. Other descriptors (pidfds of
-adopted attempts) can be registered to wake the loop too.
+and members of a shared spool put files in drop/ (they may not touch the
+doorbell); inotify (through watchdog) turns either into a byte on a pipe.
+Submitters on other hosts of a shared filesystem are invisible to inotify,
+so the loop also stats the doorbell and drop/ every `poll` interval and
+treats a changed stamp as a ring: a stat or two, not a rescan, per
+interval. Other descriptors (pidfds of adopted attempts) can be registered
+to wake the loop too.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ log = logging.getLogger("taskq")
 class Wakeups:
     """The loop's one place to sleep, and the flags that signals set."""
 
-    def __init__(self, doorbell: str, poll: int, mono: Callable[[], int]) -> None:
+    def __init__(
+        self, doorbell: str, poll: int, mono: Callable[[], int], drop: str | None = None
+    ) -> None:
         self.doorbell = doorbell
+        self.drop = drop  # a shared spool's drop/, watched and polled as the doorbell is
         self.poll = poll  # µs between doorbell stats; 0 turns polling off
         self.mono = mono
         self.stop_requested = False
@@ -51,7 +56,7 @@ class Wakeups:
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGCONT, self._on_cont)
-        self._observer = _watch(self.doorbell, self._bell_w)
+        self._observer = _watch(self.doorbell, self._bell_w, self.drop)
 
     def close(self) -> None:
         if self._observer is not None:
@@ -116,18 +121,27 @@ class Wakeups:
         self._stamp = stamp
         return changed
 
-    def _bell_stamp(self) -> tuple[int, int, int] | None:
-        # open()+fstat() rather than stat(): an NFS client revalidates its
-        # cached attributes on open (close-to-open consistency).
-        try:
-            fd = os.open(self.doorbell, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:
-            return None
-        try:
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
-        return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+    def _bell_stamp(self) -> tuple[tuple[int, int, int] | None, ...]:
+        if self.drop is None:
+            return (_stamp(self.doorbell),)
+        return _stamp(self.doorbell), _stamp(self.drop)
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    """A file's or directory's identity and change times (a new entry changes a directory's).
+
+    open()+fstat() rather than stat(): an NFS client revalidates its cached
+    attributes on open (close-to-open consistency).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _drain(fd: int) -> None:
@@ -141,8 +155,12 @@ def _drain(fd: int) -> None:
 _NOT_A_RING = frozenset({"opened", "closed", "closed_no_write"})
 
 
-def _watch(bell: str, wake_fd: int) -> Any:
-    """Write to wake_fd when the doorbell is touched on this host (inotify, via watchdog)."""
+def _watch(bell: str, wake_fd: int, drop: str | None) -> Any:
+    """Write to wake_fd when the doorbell is touched, or a drop file is put, on this host.
+
+    (inotify, via watchdog.) In drop/ a member's file arrives by a rename
+    from NAME.part, which is what counts; the .part's creation does not.
+    """
     import watchdog.events
     from watchdog.events import (
         FileClosedEvent,
@@ -154,16 +172,23 @@ def _watch(bell: str, wake_fd: int) -> Any:
     )
     from watchdog.observers import Observer
 
+    def ring() -> None:
+        try:
+            os.write(wake_fd, b"!")
+        except BlockingIOError:
+            pass  # the loop has a wake-up pending already
+
     class Bell(FileSystemEventHandler):
         def on_any_event(self, event: FileSystemEvent) -> None:
             # Opening and closing it (our own polling does) is not a ring.
-            if event.event_type in _NOT_A_RING:
-                return
-            if os.fsdecode(event.src_path) == bell:
-                try:
-                    os.write(wake_fd, b"!")
-                except BlockingIOError:
-                    pass  # the loop has a wake-up pending already
+            if event.event_type not in _NOT_A_RING and os.fsdecode(event.src_path) == bell:
+                ring()
+
+    class Drop(FileSystemEventHandler):
+        def on_any_event(self, event: FileSystemEvent) -> None:
+            arrived = os.fsdecode(getattr(event, "dest_path", "") or event.src_path)
+            if event.event_type in ("created", "moved") and not arrived.endswith(".part"):
+                ring()
 
     observer = Observer()
     observer.daemon = True
@@ -183,6 +208,16 @@ def _watch(bell: str, wake_fd: int) -> Any:
         observer.schedule(Bell(), directory, recursive=False, event_filter=rings)
     except TypeError:  # watchdog before 4.0 has no event_filter
         observer.schedule(Bell(), directory, recursive=False)
+    if drop is not None:
+        try:
+            try:
+                observer.schedule(
+                    Drop(), drop, recursive=False, event_filter=[FileCreatedEvent, FileMovedEvent]
+                )
+            except TypeError:  # watchdog before 4.0
+                observer.schedule(Drop(), drop, recursive=False)
+        except OSError as e:
+            log.warning("cannot watch %s (%s); relying on polling and rescans", drop, e)
     try:
         observer.start()
     except OSError as e:

@@ -18,6 +18,7 @@ from taskq.daemon.crew import Crew
 from taskq.daemon.dispatch import Dispatcher
 from taskq.daemon.health import Health
 from taskq.daemon.housekeeping import Housekeeper
+from taskq.daemon.pickup import Pickup
 from taskq.daemon.policy import Backoff
 from taskq.daemon.recovery import Recovery
 from taskq.daemon.settings import Settings
@@ -47,7 +48,8 @@ class Parts:
         on_requeued: Callable[[TaskName], None],
         on_measured: Callable[[bool], None],
     ) -> None:
-        self.wake = Wakeups(spool.doorbell, settings.doorbell_poll, clock.mono)
+        drop = spool.drop if spool.shared() else None
+        self.wake = Wakeups(spool.doorbell, settings.doorbell_poll, clock.mono, drop)
         self.commit = GroupCommit(clock.mono, lambda: self.wake.continued)
         self.health = Health(spool.run, owner.host, owner.pid, _public(settings))
         self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
@@ -81,6 +83,7 @@ class Parts:
         self.dispatcher = Dispatcher(
             crew, spool_config.security, settings.workers, self.metrics.claimed, self.limits
         )
+        self.pickup = Pickup(crew, spool_config.security, settings.tmp_max_age)
         self.recovery = Recovery(crew, self.attempts, self.limits.taken_over)
         self.housekeeper = Housekeeper(
             spool, clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done

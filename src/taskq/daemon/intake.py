@@ -1,0 +1,148 @@
+"""What a drop file asks for, checked whole and carried out for its member.
+
+A submission is filed as a task of the daemon's own writing (client/submit.py,
+as any submit files one), root's file with the member recorded as its
+submitter (the task runs as, and belongs to, the drop file's owner), under
+the member's keys; a request (cancel, reschedule, retry) is carried out by
+the operator's own operation (client/operations.py) if the task is the
+member's. Everything decided here comes from the drop file's contents and
+its owner, whom the kernel vouches for; each outcome is answered in
+replies/ with the exit status the member's command exits with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, NamedTuple
+
+from taskq import errors
+from taskq.client import operations
+from taskq.client.submit import submit
+from taskq.errors import CorruptFile, NotFound, TaskqError, TempFail
+from taskq.spool import byid, drop, fsutil, journal
+from taskq.spool import runas as security
+from taskq.spool.drop import DropName, Request
+from taskq.spool.layout import Spool
+from taskq.spool.task import TaskBody
+from taskq.times.timespec import format_iso
+
+NOTHING, FILED, CHANGED, LATER = "nothing", "filed", "changed", "later"
+EX_REFUSED = errors.EX_USAGE  # a drop file that is no valid request: as a bad one is refused
+
+
+class Answer(NamedTuple):
+    """What became of a drop file and what its member is told (None: nothing to tell)."""
+
+    outcome: str
+    doc: dict[str, Any] | None
+    refused: bool = False
+
+
+class Later(Exception):
+    """The spool cannot take it now (full, read-only): leave the drop file for a later pass."""
+
+
+def refusal(message: str, status: int) -> dict[str, Any]:
+    return {"status": status, "message": message}
+
+
+def handle(
+    spool: Spool, name: DropName, data: bytes, uid: int, policy: security.Policy, now: int
+) -> Answer:
+    """Do what one drop file asks; CorruptFile if it is not what its name says."""
+    if name.kind == drop.SUBMISSION:
+        return file_submission(spool, name, data, uid, policy, now)
+    return carry_out(spool, drop.read_request(data, name.kind), uid)
+
+
+def file_submission(
+    spool: Spool, name: DropName, data: bytes, uid: int, policy: security.Policy, now: int
+) -> Answer:
+    """File a member's submission as a task of the daemon's, the member its submitter."""
+    nonce, body = drop.read_submission(data, name)
+    if not drop.bound_to(body.id, nonce, uid):
+        raise CorruptFile(f"task id {body.id} was not made for uid {uid}")
+    if body.submitter not in (None, uid):
+        raise CorruptFile(f"names submitter uid {body.submitter}, not its owner uid {uid}")
+    try:
+        security.run_as(uid, policy)
+    except ValueError as e:
+        return Answer(NOTHING, refusal(f"refused: {e}", errors.EX_NOPERM), refused=True)
+    body = dataclasses.replace(body, submitter=uid)
+    known = _filed_before(spool, body)
+    if known is not None:
+        return known
+    try:
+        filed, created = submit(spool, body, group=security.private_group(uid))
+    except NotFound as e:  # an --after task that is gone
+        return Answer(NOTHING, refusal(f"refused: {e}", e.exit_status), refused=True)
+    except TempFail as e:
+        raise Later(str(e)) from None
+    if not created:
+        doc = {"status": 0, "id": filed.id, "created": False, "key": body.key}
+        doc["message"] = f"key {body.key} names task {filed.id}, submitted first"
+        return Answer(NOTHING, doc)
+    journal.begin(
+        spool.log_dir(body.id),
+        "filed",
+        now,
+        security.private_group(uid),
+        attempt=1,
+        uid=uid,
+        via="drop",
+        daemon_pid=os.getpid(),
+    )
+    return Answer(FILED, None)
+
+
+def _filed_before(spool: Spool, body: TaskBody) -> Answer | None:
+    """If a task has this id already (this very submission, filed before a crash): the answer.
+
+    Only the member can make its ids (drop.bound_to), so such a task is the
+    member's: the same request again, or another one reusing an id.
+    """
+    hint = byid.read_hint(spool, body.id)
+    if hint is None:
+        return None
+    found = byid.probe(spool, body.id, byid.journal_names(spool, hint))
+    if found is None:
+        return None  # a hint written just before a crash, without its task: file it
+    try:
+        same = spool.read_body(found.path).to_json() == body.to_json()
+    except (CorruptFile, OSError):
+        same = False
+    if same:
+        return Answer(NOTHING, None)
+    message = f"refused: task id {body.id} is taken by another task of yours"
+    return Answer(NOTHING, refusal(message, errors.EX_CONFLICT), refused=True)
+
+
+def carry_out(spool: Spool, request: Request, uid: int) -> Answer:
+    """Cancel, reschedule or retry one of the member's tasks, as the operator's command does."""
+    task_id = request.task_id
+    try:
+        found, _ = byid.load(spool, task_id)
+        _, whose = spool.read_task(found.path)
+        if uid not in (0, whose):
+            message = f"task {task_id} is not yours"
+            return Answer(NOTHING, refusal(message, errors.EX_NOPERM), refused=True)
+        return Answer(CHANGED, _act(spool, request))
+    except TaskqError as e:
+        return Answer(NOTHING, refusal(str(e), e.exit_status))
+    except OSError as e:
+        failure = fsutil.as_taskq_error(e, f"cannot {request.kind} {task_id}")
+        return Answer(NOTHING, refusal(str(failure), failure.exit_status))
+
+
+def _act(spool: Spool, request: Request) -> dict[str, Any]:
+    task_id = request.task_id
+    if request.kind == "cancel":
+        was = operations.cancel(spool, task_id)
+        return {"status": 0, "id": task_id, "state": was.state}
+    assert request.run_at is not None  # (read_request requires it)
+    if request.kind == "reschedule":
+        name = operations.reschedule(spool, task_id, request.run_at)
+    else:
+        name = operations.retry(spool, task_id, request.run_at)
+    return {"status": 0, "id": task_id, "run_at": format_iso(name.run_at), "attempt": name.attempt}
