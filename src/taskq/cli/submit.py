@@ -150,7 +150,11 @@ def submit_command(ctx: click.Context, /, **opts: Any) -> None:
 
         deps.check_known(spool, opts["after"])
     limits.check(spool, config.load(spool.root).limits, now, adding=len(bodies))
-    if opts["batch"] is None:
+    if spool.member():  # a shared spool's member: through the drop (client/member.py)
+        from taskq.client import member
+
+        results = member.submit(spool, bodies)
+    elif opts["batch"] is None:
         results = [submit_one(spool, bodies[0])]
     else:
         results = submit_batch(spool, bodies)

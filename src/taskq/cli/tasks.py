@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from taskq import errors
 from taskq.cli import lspool
 from taskq.cli.common import spool_of
-from taskq.cli.params import DURATION, PlainHelp
+from taskq.cli.params import DURATION, POSITIVE_DURATION, PlainHelp
 from taskq.cli.render import describe, detail, env_lines
 from taskq.cli.timefmt import stamper, time_format, when_of
 from taskq.client import operations, request
-from taskq.errors import BadInput, Conflict, WaitTimeout
+from taskq.errors import BadInput, Conflict, NotFound, WaitTimeout
 from taskq.observe import watch
 from taskq.spool import byid, deps, journal, listing
-from taskq.spool.layout import STATES
-from taskq.spool.task import check_id, check_queue
+from taskq.spool.drop import Request
+from taskq.spool.layout import STATES, Spool
+from taskq.spool.task import TaskName, check_id, check_queue
 from taskq.times.clock import wall_us
-from taskq.times.timespec import SECOND
+from taskq.times.timespec import SECOND, parse_when
 
 
 @click.command(cls=PlainHelp, name="ls")
@@ -98,7 +102,21 @@ def show_command(
     """Show a task: its request, recorded environment, state and every attempt."""
     stamp = stamper(local)
     spool = spool_of(ctx)
-    found, body = byid.load(spool, task_id)
+    try:
+        found, body = byid.load(spool, task_id)
+    except NotFound:
+        if not spool.member():
+            raise
+        from taskq.client import member
+
+        doc = member.unfiled(spool, check_id(task_id))
+        if doc is None:
+            raise
+        if doc.get("state") == "submitted":  # in the drop still: no daemon took it in yet
+            text = f"id:        {doc['id']}\nstate:     submitted (waiting in drop/ for a daemon)"
+            click.echo(json.dumps(doc, indent=1) if as_json else text)
+            return
+        found, body = byid.load(spool, str(member.answered(doc)["id"]))  # its key's task
     if env:
         click.echo(json.dumps(body.env, indent=1) if as_json else env_lines(body.env))
         return
@@ -143,16 +161,42 @@ def logs_command(ctx: click.Context, task_id: str, attempt: int | None, follow: 
         raise Conflict(f"task {check_id(task_id)} has no output for attempt {attempt}") from None
 
 
+def _asks(function: Callable[..., None]) -> Callable[..., None]:
+    """The --timeout of a change that a member of a shared spool asks a daemon for."""
+    return click.option(
+        "--timeout",
+        "ask_timeout",
+        type=POSITIVE_DURATION,
+        default="10s",
+        show_default=True,
+        metavar="DURATION",
+        help="In a shared spool, how long a member waits for a daemon to take the request.",
+    )(function)
+
+
+def _ask(spool: Spool, request: Request, timeout: int) -> dict[str, Any]:
+    from taskq.client import member
+
+    return member.ask(spool, request, timeout / SECOND)
+
+
 @click.command(cls=PlainHelp, name="cancel")
 @click.argument("task_id", metavar="ID")
+@_asks
 @click.pass_context
-def cancel_command(ctx: click.Context, task_id: str) -> None:
+def cancel_command(ctx: click.Context, task_id: str, ask_timeout: int) -> None:
     """Cancel a task: pending and claimed ones never start, a running one is stopped."""
-    found = operations.cancel(spool_of(ctx), task_id)
-    if found.state in ("running", "cancelling"):
-        click.echo(f"cancelling {found.name.id} (running: its daemon stops it, TERM then KILL)")
+    spool = spool_of(ctx)
+    if spool.member():
+        doc = _ask(spool, Request("cancel", check_id(task_id)), ask_timeout)
+        state, task_id = str(doc["state"]), str(doc["id"])
     else:
-        click.echo(f"cancelled {found.name.id}")
+        found = operations.cancel(spool, task_id)
+        state, task_id = found.state, found.name.id
+    if state in ("running", "cancelling"):
+        click.echo(f"cancelling {task_id} (running: its daemon stops it, TERM then KILL)")
+    else:
+        click.echo(f"cancelled {task_id}")
 
 
 @click.command(cls=PlainHelp, name="reschedule")
@@ -160,16 +204,32 @@ def cancel_command(ctx: click.Context, task_id: str) -> None:
 @click.option("--at", "at", metavar="WHEN", help="The new run time.")
 @click.option("--in", "in_", type=DURATION, metavar="DURATION", help="The new run time, from now.")
 @time_format
+@_asks
 @click.pass_context
 def reschedule_command(
-    ctx: click.Context, task_id: str, at: str | None, in_: int | None, local: bool | None
+    ctx: click.Context,
+    task_id: str,
+    at: str | None,
+    in_: int | None,
+    local: bool | None,
+    ask_timeout: int,
 ) -> None:
     """Move a pending task to another run time (a claim racing it wins or loses whole)."""
     if at is None and in_ is None:
         raise BadInput("give --at WHEN or --in DURATION")
     stamp = stamper(local)
-    name = operations.reschedule(spool_of(ctx), task_id, request.run_at(at, in_, wall_us()))
+    spool, run_at = spool_of(ctx), request.run_at(at, in_, wall_us())
+    if spool.member():
+        doc = _ask(spool, Request("reschedule", check_id(task_id), run_at), ask_timeout)
+        name = _named(doc)
+    else:
+        name = operations.reschedule(spool, task_id, run_at)
     click.echo(f"rescheduled {name.id} to {stamp(name.run_at)}")
+
+
+def _named(doc: dict[str, Any]) -> TaskName:
+    """The task name a daemon's answer gives (its id, run time and attempt)."""
+    return TaskName(parse_when(str(doc["run_at"]), 0), str(doc["id"]), int(doc["attempt"]))
 
 
 @click.command(cls=PlainHelp, name="retry")
@@ -179,13 +239,23 @@ def reschedule_command(
     "--in", "in_", type=DURATION, metavar="DURATION", help="Run the new attempt after DURATION."
 )
 @time_format
+@_asks
 @click.pass_context
 def retry_command(
-    ctx: click.Context, task_id: str, at: str | None, in_: int | None, local: bool | None
+    ctx: click.Context,
+    task_id: str,
+    at: str | None,
+    in_: int | None,
+    local: bool | None,
+    ask_timeout: int,
 ) -> None:
     """Move a failed task back to pending, with a fresh budget of attempts."""
     stamp = stamper(local)
-    name = operations.retry(spool_of(ctx), task_id, request.run_at(at, in_, wall_us()))
+    spool, run_at = spool_of(ctx), request.run_at(at, in_, wall_us())
+    if spool.member():
+        name = _named(_ask(spool, Request("retry", check_id(task_id), run_at), ask_timeout))
+    else:
+        name = operations.retry(spool, task_id, run_at)
     click.echo(f"retrying {name.id} as attempt {name.attempt} at {stamp(name.run_at)}")
 
 
@@ -199,6 +269,11 @@ def wait_command(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | N
     """Wait until the tasks end; print how each ended; exit as the EXIT STATUS table says."""
     spool = spool_of(ctx)
     seconds = None if timeout is None else timeout / SECOND
+    if spool.member():  # what is still in the drop is waited for there first
+        from taskq.client import member
+
+        locate = functools.partial(byid.locate, spool)
+        task_ids = tuple(member.settle(spool, t, locate, seconds).name.id for t in task_ids)
     results = []
     for found in watch.wait(spool, list(task_ids), seconds):
         how, status = watch.outcome(spool, found)
