@@ -132,7 +132,7 @@ def test_ordinary_daemon_runs_only_its_own_users_tasks(
 
 @pytest.mark.slow
 def test_shared_spool_mode(users: list[str], others_taskq: list[str]) -> None:
-    """A root-owned 1770 spool with a group, like atd's: members submit, tasks run as them."""
+    """A spool `taskq init --shared` made, like atd's: members submit, tasks run as them."""
     import grp
 
     group = f"tqg{uuid.uuid4().hex[:6]}"
@@ -145,50 +145,33 @@ def test_shared_spool_mode(users: list[str], others_taskq: list[str]) -> None:
         for user in users:
             subprocess.run(["usermod", "-a", "-G", group, user], check=True)
         gid = grp.getgrnam(group).gr_gid
-        tq.submit("--in", "1h", "--", "true")  # root makes the layout
-        # Members write only where submissions go; what the daemon keeps (logs/,
-        # claimed/, run/ ...) they may read but not write. Setgid and sticky,
-        # like atd's spool.
-        for directory, _, _ in os.walk(tq.spool):
-            path = Path(directory)
-            writable = path == tq.spool or path.relative_to(tq.spool).parts[0] in (
-                "tmp",
-                "pending",
-                "keys",
-            )
-            os.chown(path, 0, gid)
-            os.chmod(path, 0o3770 if writable else 0o2750)
-        os.chown(tq.spool / "doorbell", 0, gid)
-        os.chmod(tq.spool / "doorbell", 0o660)
+        tq.run("init", "--shared", group)
         daemon = Daemon(tq, top / "daemon.log", "--host-id", "shared")
         env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
         ids = {}
-        for user in users:  # both into the same minute bucket, the second into the first's
+        for user in users:  # both into the same minute's bucket, which the daemon makes
             pw = pwd.getpwnam(user)
             as_user = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups"]
-            proc = subprocess.run(
-                [
-                    *as_user,
-                    *others_taskq,
-                    "submit",
-                    "--in",
-                    "0.5s",
-                    "--cwd",
-                    "/",
-                    "--",
-                    "id",
-                    "-un",
-                ],
-                env={**env, "HOME": "/"},
-                capture_output=True,
-            )
+            argv = [
+                *as_user,
+                *others_taskq,
+                "submit",
+                "--in",
+                "0.5s",
+                "--cwd",
+                "/",
+                "--",
+                "id",
+                "-un",
+            ]
+            proc = subprocess.run(argv, env={**env, "HOME": "/"}, capture_output=True)
             assert proc.returncode == 0, proc.stderr
             ids[user] = proc.stdout.decode().strip()
         for user, task_id in ids.items():
             tq.wait_state(task_id, ("done",))
             assert tq.run("logs", task_id).stdout.decode() == f"{user}\n"
-        for bucket in (tq.spool / "pending").iterdir():
-            assert bucket.stat().st_mode & 0o7777 == 0o3770 and bucket.stat().st_gid == gid
+        for day in (tq.spool / "done").iterdir():  # what the daemon makes keeps the modes
+            assert day.stat().st_mode & 0o7777 == 0o2750 and day.stat().st_gid == gid
         pw = pwd.getpwnam(users[0])
         log_dir = tq.spool / "logs" / ids[users[0]]
         assert (log_dir / "1.out").stat().st_uid == pw.pw_uid  # theirs to read

@@ -1,10 +1,14 @@
-"""A shared spool against its own members: issue 16's five attacks, each through real users.
+"""A spool shared the old way against its own members: issue 16's five attacks, through real users.
 
-A root-owned spool shared by a group (taskq-spool(5) SHARED SPOOLS), a root
+A root-owned spool shared by a group as taskq once documented it, before
+drop/ (members writing tmp/, pending/ and keys/ themselves; taskq-daemon(8)
+BUGS says such a spool is still served, with its old limits), a root
 daemon, and two throwaway members: alice, the victim, and mallory, who does
 what any member can do with a shell (cp, sed, mv, ln -s, mkfifo) in the
-directories the group may write. Each attack must gain nothing, and the
-daemon must log a one-line reason where it saw something hostile.
+directories the group may write. The daemon's defences in depth must still
+hold there: each attack gains nothing, and the daemon logs a one-line
+reason where it saw something hostile. (A spool `taskq init --shared`
+makes: test_drop.py and test_drop_holes.py.)
 """
 
 from __future__ import annotations
@@ -111,7 +115,7 @@ def members() -> Iterator[tuple[str, str]]:
 
 @pytest.fixture
 def shared(members: tuple[str, str], others_taskq: list[str]) -> Iterator[Shared]:
-    """A spool set up as taskq-spool(5) SHARED SPOOLS says, like atd's."""
+    """A spool shared the old way: tmp/, pending/ and keys/ 3770, the rest 2750."""
     [gid] = [g.gr_gid for g in grp.getgrall() if members[0] in g.gr_mem]
     top = Path(tempfile.mkdtemp(prefix="taskq-attacks-"))
     top.chmod(0o755)
