@@ -73,8 +73,9 @@ def file_submission(
     known = _filed_before(spool, body)
     if known is not None:
         return known
+    group = security.private_group(uid)
     try:
-        filed, created = submit(spool, body, group=security.private_group(uid))
+        filed, created = submit(spool, body, group=group)
     except NotFound as e:  # an --after task that is gone
         return Answer(NOTHING, refusal(f"refused: {e}", e.exit_status), refused=True)
     except TempFail as e:
@@ -87,7 +88,7 @@ def file_submission(
         spool.log_dir(body.id),
         "filed",
         now,
-        security.private_group(uid),
+        group,
         attempt=1,
         uid=uid,
         via="drop",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from taskq.daemon import intake
@@ -55,22 +56,28 @@ class Pickup(Part):
     def run(self, now: int) -> Took:
         """Take in what is in drop/ (and claims left by dead daemons), within one pass's budget."""
         began = mono_us()
-        filed = changed = 0
-        todo = [*self._left_over(now), *self._claims(now)]
-        for n, (claimed, path) in enumerate(todo):
-            if n >= PASS_FILES or mono_us() - began > PASS_BUDGET:
-                return Took(filed, changed, True)
-            outcome = self._take(claimed, path, now)
+        filed = changed = taken = 0
+        todo = self._todo(now)
+        while True:
+            if taken >= PASS_FILES or mono_us() - began > PASS_BUDGET:
+                more = next(todo, None) is not None  # (claimed: the next pass takes it over)
+                return Took(filed, changed, more)
+            item = next(todo, None)
+            if item is None:
+                break
+            outcome = self._take(*item, now)
+            taken += 1
             if outcome == intake.LATER:
                 break  # the spool is full or read-only: no use trying the others now
             filed += outcome == intake.FILED
             changed += outcome == intake.CHANGED
-        if todo:
+        if taken:
             fsutil.fsync_dir(self.spool.pickup)  # removals: a crash before redoes them, no harm
         return Took(filed, changed, False)
 
-    def _claims(self, now: int) -> list[tuple[Claimed, str]]:
-        out = []
+    def _todo(self, now: int) -> Iterator[tuple[Claimed, str]]:
+        """Claims of dead daemons, taken over; then drop/'s files, each claimed in its turn."""
+        yield from self._left_over(now)
         for entry in fsutil.listdir(self.spool.drop):
             name = drop.parse_name(entry)
             if name is None:
@@ -81,10 +88,7 @@ class Pickup(Part):
                 path = drop.claim(self.spool, f"{self.spool.drop}/{entry}", claimed)
             except FileNotFoundError:
                 continue  # another daemon's now, or withdrawn by its member
-            out.append((claimed, path))
-            if len(out) >= PASS_FILES:
-                break
-        return out
+            yield claimed, path
 
     def _unfinished(self, entry: str, now: int) -> None:
         """A name that is no finished drop file: being written, abandoned, or junk."""
