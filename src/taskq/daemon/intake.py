@@ -123,6 +123,10 @@ def carry_out(spool: Spool, request: Request, uid: int) -> Answer:
     """Cancel, reschedule or retry one of the member's tasks, as the operator's command does."""
     task_id = request.task_id
     try:
+        if byid.read_hint(spool, task_id) is None:
+            # Every task the daemon files has a hint; without one, no search
+            # of the whole spool (a member's request must not cost that).
+            raise NotFound(f"no task {task_id} in {spool.root}")
         found, _ = byid.load(spool, task_id)
         _, whose = spool.read_task(found.path)
         if uid not in (0, whose):

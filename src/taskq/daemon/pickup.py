@@ -27,7 +27,6 @@ from taskq.spool import drop, fsutil, rundir
 from taskq.spool import runas as security
 from taskq.spool.drop import Claimed, DropName
 from taskq.spool.layout import stray
-from taskq.times.clock import mono_us
 from taskq.times.timespec import MS
 
 log = logging.getLogger("taskq")
@@ -55,11 +54,11 @@ class Pickup(Part):
 
     def run(self, now: int) -> Took:
         """Take in what is in drop/ (and claims left by dead daemons), within one pass's budget."""
-        began = mono_us()
+        began = self.clock.mono()
         filed = changed = taken = 0
         todo = self._todo(now)
         while True:
-            if taken >= PASS_FILES or mono_us() - began > PASS_BUDGET:
+            if taken >= PASS_FILES or (taken and self.clock.mono() - began > PASS_BUDGET):
                 more = next(todo, None) is not None  # (claimed: the next pass takes it over)
                 return Took(filed, changed, more)
             item = next(todo, None)

@@ -134,3 +134,17 @@ def test_a_bad_body_or_a_foreign_id_is_refused_and_answered(bed: Bed) -> None:
     assert bed.pending() == []
     assert "was not made for uid" in str(bed.answer(f"{task_id}.task")["message"])
     assert bed.answer(f"{deep}.cancel")["status"] == 2
+
+
+def test_a_request_for_no_task_costs_no_search(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request names a task by id: one hint to read, never a listing of the whole spool."""
+
+    def no_scan(task_id: str) -> None:
+        raise AssertionError("the spool was searched")
+
+    monkeypatch.setattr(bed.spool, "scan", no_scan)
+    asked = new_id(bed.wall)
+    bed.put(f"{asked}.cancel", Request("cancel", new_id(bed.wall)).encode())
+    bed.pickup.run(bed.wall)
+    answer = bed.answer(f"{asked}.cancel")
+    assert answer["status"] == 3 and "no task" in str(answer["message"])
