@@ -3,6 +3,7 @@
 `loop` orders the parts; `wiring` makes them and hands each the others it
 reports to. Each other module is one part with one job (see the map in
 docs/design.md): wake-ups, the clock guard, dispatch, starting, the
-attempts, recovery, settling, policy, group commit, housekeeping and the
-threads that tell of ends and release dependents.
+attempts, recovery, settling, policy, group commit, housekeeping, a shared
+spool's intake (pickup, intake) and the threads that tell of ends and
+release dependents.
 """
