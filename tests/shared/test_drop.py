@@ -131,7 +131,8 @@ def test_submit_then_wait_works_before_any_pickup(bed: Bed, members: tuple[str, 
     task = bed.submit_as(alice, "--", "true")
     shown = bed.taskq_as(alice, "show", task)
     assert shown.returncode == 0 and "submitted" in shown.stdout, shown
-    waiter = bed.spawn_as(alice, *bed.taskq, "wait", "--timeout", "60s", task)
+    after = bed.submit_as(alice, "--after", task, "--", "true")  # its dependency is in the drop
+    waiter = bed.spawn_as(alice, *bed.taskq, "wait", "--timeout", "60s", task, after)
     bed.start_daemon()
     out, err = waiter.communicate(timeout=90)
-    assert waiter.returncode == 0 and out == f"{task} done\n", err
+    assert waiter.returncode == 0 and out == f"{task} done\n{after} done\n", err

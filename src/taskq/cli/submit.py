@@ -148,7 +148,12 @@ def submit_command(ctx: click.Context, /, **opts: Any) -> None:
     if opts["after"]:
         from taskq.spool import deps
 
-        deps.check_known(spool, opts["after"])
+        if spool.member():  # one of the member's own, still in the drop, counts
+            from taskq.client import member
+
+            member.check_known(spool, opts["after"])
+        else:
+            deps.check_known(spool, opts["after"])
     limits.check(spool, config.load(spool.root).limits, now, adding=len(bodies))
     if spool.member():  # a shared spool's member: through the drop (client/member.py)
         from taskq.client import member

@@ -60,6 +60,16 @@ def submit(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, bool]]:
     return results
 
 
+def check_known(spool: Spool, ids: list[str]) -> None:
+    """Refuse --after tasks that exist nowhere: neither in the spool nor in the drop."""
+    from taskq.spool import deps
+
+    found = deps.states_of(spool, ids)
+    for task_id in ids:
+        if task_id not in found and unfiled(spool, task_id) is None:
+            raise NotFound(f"--after: no task {task_id} in {spool.root}")
+
+
 def key_bound(spool: Spool, key: str, uid: int) -> TaskName | None:
     """The task a daemon bound this member's key to, if any (the key file is readable)."""
     with contextlib.suppress(OSError, ValueError, CorruptFile):

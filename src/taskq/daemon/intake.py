@@ -28,6 +28,7 @@ from taskq.spool.task import TaskBody
 from taskq.times.timespec import format_iso
 
 NOTHING, FILED, CHANGED, LATER = "nothing", "filed", "changed", "later"
+DEFERRED = "deferred"  # kept in pickup/ for the next pass
 EX_REFUSED = errors.EX_USAGE  # a drop file that is no valid request: as a bad one is refused
 
 
@@ -76,7 +77,9 @@ def file_submission(
     group = security.private_group(uid)
     try:
         filed, created = submit(spool, body, group=group)
-    except NotFound as e:  # an --after task that is gone
+    except NotFound as e:  # an --after task that is gone, or not yet filed
+        if any(drop.waiting(spool, DropName(dep, drop.SUBMISSION)) for dep in body.after):
+            return Answer(DEFERRED, None)  # another daemon is filing it: the next pass
         return Answer(NOTHING, refusal(f"refused: {e}", e.exit_status), refused=True)
     except TempFail as e:
         raise Later(str(e)) from None

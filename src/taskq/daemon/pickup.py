@@ -153,6 +153,8 @@ class Pickup(Part):
                 log.error("cannot file drop/%s yet: %s", name, e)
             return intake.LATER
         self._deferred.discard(name)
+        if answer.outcome == intake.DEFERRED:
+            return answer.outcome  # kept in pickup/, ours: the next pass tries it again
         if answer.doc is not None:
             drop.reply(self.spool, name, uid, answer.doc)
         if answer.refused and answer.doc is not None:
