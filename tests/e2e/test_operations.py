@@ -166,6 +166,7 @@ def test_fsck_reports_quarantines_and_repairs(tq: Taskq, tmp_path: Path) -> None
     assert tq.run("fsck", check=False).returncode == 1  # the orphaned logs remain
 
 
+@pytest.mark.slow
 def test_fsck_never_follows_a_link_where_a_layout_directory_should_be(
     tq: Taskq, tmp_path: Path
 ) -> None:

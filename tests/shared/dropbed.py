@@ -166,6 +166,5 @@ def make_bed(members: tuple[str, str], others_taskq: list[str]) -> Iterator[Bed]
         yield box
     finally:
         for daemon in box.daemons:
-            if daemon.proc.poll() is None:
-                daemon.stop()
+            daemon.stop()  # (one that died already: its log closed)
         shutil.rmtree(top)

@@ -18,7 +18,7 @@ import pytest
 from conftest import wait_for
 from dropbed import DEADLINE, NEEDS_USERS, Bed
 
-pytestmark = NEEDS_USERS
+pytestmark = [NEEDS_USERS, pytest.mark.slow]  # real users and a root daemon: seconds each
 
 
 @pytest.fixture

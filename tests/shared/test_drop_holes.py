@@ -23,7 +23,7 @@ from dropbed import DEADLINE, NEEDS_USERS, Bed, cpu_seconds
 from taskq.spool import drop
 from taskq.spool.task import TaskBody, TaskName, bucket_of
 
-pytestmark = NEEDS_USERS
+pytestmark = [NEEDS_USERS, pytest.mark.slow]  # real users and a root daemon: seconds each
 DENIED = "ermission denied"
 
 
