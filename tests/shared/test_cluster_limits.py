@@ -4,8 +4,9 @@ Three daemons share one spool (on GlusterFS, each through its own FUSE
 client, standing for one host). Each task appends its start and its end to
 a stamps file with the real clock; the tests count, from those stamps
 alone, how many attempts ran at once. One test kills a daemon with SIGKILL
-while it holds permits: its attempts go on as orphans, and its permits stay
-held until its leases expire, so the limit still holds.
+while it holds permits for started attempts: its attempts go on as orphans,
+its permits stay held until their leases expire (watched in permits/) and
+are taken back then, the limit holds throughout and every task ends done.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from pathlib import Path
 import pytest
 from conftest import Daemon, Taskq, kill_all, wait_for
 from substrates import GlusterBed, JuiceBed
+
+from taskq.spool import permits
+from taskq.spool.layout import Spool
 
 pytest_plugins = ["substrates"]
 pytestmark = pytest.mark.slow  # real daemons for seconds each, on up to three beds
@@ -53,6 +57,13 @@ def daemons(bed: Bed) -> Iterator[Callable[..., Daemon]]:
 
     yield start
     kill_all(started)
+
+
+def owner_of(d: Daemon) -> str:
+    """A daemon as its claims and leases name it, HOST_PID."""
+    args = [str(a) for a in d.proc.args]  # type: ignore[union-attr]
+    host = args[args.index("--host-id") + 1]
+    return f"{host}_{d.proc.pid}"
 
 
 def stamped(stamps: Path, seconds: float) -> list[str]:
@@ -125,19 +136,42 @@ def test_a_queue_limit_holds_across_three_daemons_and_a_kill_9(
 ) -> None:
     stamps = tmp_path / "stamps"
     client = bed.hosts[2]
+    spool = Spool(str(client.spool))
     config(client, "[queues.reports]\nlimit = 2\n")
     common = ("--workers", "4", "--lease", "4s")
     running = [daemons(i, *common) for i in range(3)]
     ids = submit(client, stamped(stamps, 1.0), 16, time.time() + 2, queue="reports")
-    # Kill a daemon while it holds a permit (one of its attempts has started).
-    victim = wait_for(
-        lambda: next((d for d in running if "started " in d.text()), None), 120, "a start"
-    )
+    # Kill a daemon while it holds a permit for an attempt that has started.
+    owners = {owner_of(d): d for d in running}
+
+    def holder() -> tuple[Daemon, list[permits.Holding]] | None:
+        started = intervals_or_starts(stamps)
+        held = [h for h in permits.holdings(spool) if h.lease.owner in owners]
+        found = next((h for h in held if h.lease.task_id in started), None)
+        if found is None:
+            return None
+        return owners[found.lease.owner], [h for h in held if h.lease.owner == found.lease.owner]
+
+    victim, held = wait_for(holder, 120, "a daemon holding a permit for a started attempt")
     victim.kill()
     running.remove(victim)
+    # Its permits stay held until their leases expire, then are taken back (freed,
+    # or handed over with the claim of an attempt still running).
+    gone = owner_of(victim)
+    expiry = max(h.lease.expiry for h in held)
+
+    def released() -> bool:
+        nonlocal expiry
+        mine = [h for h in permits.holdings(spool) if h.lease.owner == gone]
+        expiry = max([expiry, *(h.lease.expiry for h in mine)])
+        return not mine
+
+    wait_for(released, 120, "the killed daemon's permits to be taken back")
+    assert time.time() >= expiry / 1e6, "a permit was taken back before its lease expired"
     wait_for(lambda: all_done(client, ids), 300, "every report to be done")
-    assert set(intervals(stamps)) == set(ids)
-    assert most_at_once(stamps) <= 2, stamps.read_text()
+    assert set(intervals(stamps)) == set(ids)  # nothing lost: each ran to its end
+    assert most_at_once(stamps) == 2, stamps.read_text()  # the limit, never more
+    assert permits.holdings(spool) == []
     for d in running:
         assert d.stop() == 0
 
