@@ -85,7 +85,7 @@ class Daemon:
         self.proc = subprocess.Popen(argv, stderr=self._logf, env=full_env)
         wait_for(
             lambda: b"started on" in log.read_bytes() or self.proc.poll() is not None,
-            15,
+            60,  # a busy machine can take this long to import and bind
             "the daemon to start",
         )
         if self.proc.poll() is not None:
