@@ -428,7 +428,7 @@ def _wait_done(root: Path, n: int, timeout: float) -> float:
 
 
 def _start_times(root: Path) -> list[float]:
-    from taskq.times.timespec import parse_when
+    from taskq.times.when import parse_when
 
     starts = []
     for journal in (root / "logs").glob("*/journal"):

@@ -38,11 +38,11 @@ def _wall(d: date, hour: int, minute: int = 0, second: int = 0) -> datetime:
 
 
 def _next(now: datetime, hour: int, minute: int = 0) -> datetime:
-    """The next hour:minute in Berlin after now (the current minute counts)."""
+    """The next hour:minute in Berlin after now (the current minute has passed, as in at)."""
     today = _wall(now.date(), hour, minute)
     return (
         today
-        if today >= now.replace(second=0, microsecond=0)
+        if today > now.replace(second=0, microsecond=0)
         else _wall(now.date() + timedelta(days=1), hour, minute)
     )
 
@@ -162,7 +162,7 @@ def test_failed_task_retried_at_a_local_time(berlin: Taskq, start_daemon: StartD
     [
         ("2027-03-28 02:30", "taskq: 2027-03-28 02:30:00 does not exist in Europe/Berlin"),
         ("2027-10-31 02:30", "taskq: 2027-10-31 02:30:00 happens twice in Europe/Berlin"),
-        ("half past nine", "taskq: bad time 'half past nine': use HH:MM"),
+        ("half past nine", "taskq: bad time 'half past nine': not a time; use e.g. 09:00"),
     ],
 )
 def test_dst_gaps_repeats_and_nonsense_are_one_line_errors(
@@ -193,3 +193,42 @@ def test_listings_are_utc_unless_asked_for_local(berlin: Taskq) -> None:
     assert bad.returncode == 2 and bad.stderr.decode() == (
         "taskq: TASKQ_TIMEFMT='martian': use utc or local\n"
     )
+
+
+# -- one local zone for submissions and schedules (issue 24, defect 3) ---------
+
+POSIX_BERLIN = "CET-1CEST,M3.5.0,M10.5.0/3"
+
+
+def test_a_posix_tz_rule_is_read_by_submit_and_refused_for_a_schedule(tq: Taskq) -> None:
+    posix = Taskq(tq.spool, env={"TZ": POSIX_BERLIN})
+    got = _submitted(posix, "--at", "2027-07-15 09:30")
+    assert got["run_at"] == _wall(date(2027, 7, 15), 9, 30)  # the rule's CEST, as Berlin's
+    done = posix.run("schedule", "add", "nightly", "--cron", "0 9 * * *", "--", "true", check=False)
+    assert done.returncode == 2
+    assert done.stderr.decode() == (
+        f"taskq: the local zone (TZ={POSIX_BERLIN!r}) has no IANA name to keep: "
+        "give --tz, e.g. --tz Europe/Berlin\n"
+    )
+    assert posix.run("schedule", "ls", "--json").stdout.strip() in (b"", b"[]")
+    # With --tz it is kept; --every needs no zone and takes UTC.
+    posix.run(
+        "schedule", "add", "nightly", "--cron", "0 9 * * *", "--tz", "Europe/Berlin", "--", "true"
+    )
+    posix.run("schedule", "add", "hourly", "--every", "1h", "--", "true")
+    zones = {s["name"]: s["tz"] for s in map(json.loads, _lines(posix, "schedule", "ls", "--json"))}
+    assert zones == {"nightly": "Europe/Berlin", "hourly": "UTC"}
+
+
+def test_a_schedule_without_tz_keeps_the_local_zone_s_name(tq: Taskq) -> None:
+    named = Taskq(tq.spool, env={"TZ": ":Europe/Berlin"})
+    named.run("schedule", "add", "nightly", "--cron", "30 2 * * *", "--", "true")
+    [doc] = map(json.loads, _lines(named, "schedule", "ls", "--json"))
+    assert doc["tz"] == "Europe/Berlin"
+
+
+def _lines(tq: Taskq, *args: str) -> list[str]:
+    out = tq.run(*args).stdout.decode().strip()
+    if out.startswith("["):
+        return [json.dumps(d) for d in json.loads(out)]
+    return [line for line in out.splitlines() if line]

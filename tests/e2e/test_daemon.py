@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
-from taskq.times.timespec import parse_when
+from taskq.times.when import parse_when
 
 StartDaemon = Callable[..., Daemon]
 

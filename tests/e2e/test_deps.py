@@ -19,7 +19,8 @@ from taskq.client.submit import submit
 from taskq.spool import byid, ending
 from taskq.spool.layout import Spool
 from taskq.times.clock import wall_us
-from taskq.times.timespec import DAY, parse_when
+from taskq.times.timespec import DAY
+from taskq.times.when import parse_when
 
 StartDaemon = Callable[..., Daemon]
 

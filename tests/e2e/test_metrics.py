@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from taskq.errors import EX_USAGE
 from taskq.spool.layout import STATES
-from taskq.times.timespec import parse_when
+from taskq.times.when import parse_when
 
 StartDaemon = Callable[..., Daemon]
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ from conftest import Daemon, Taskq, wait_for
 
 from taskq.spool import journal
 from taskq.times.clock import wall_us
-from taskq.times.timespec import SECOND, parse_when
+from taskq.times.timespec import SECOND
+from taskq.times.when import parse_when
 
 StartDaemon = Callable[..., Daemon]
 

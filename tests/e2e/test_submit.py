@@ -17,7 +17,7 @@ from taskq.client.submit import submit
 from taskq.spool.defaults import default_spool
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, TaskName, bucket_of, new_id, valid_id
-from taskq.times.timespec import parse_when
+from taskq.times.when import parse_when
 
 
 def _umask() -> int:
@@ -105,7 +105,7 @@ def test_key_finishes_a_submission_cut_short(tq: Taskq) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--at", "tomorrow", "--", "true"], "bad time 'tomorrow'"),
+        (["--at", "tomorrow noon noon", "--", "true"], "bad time 'tomorrow noon noon'"),
         (["--in", "5 minutes", "--", "true"], "bad duration"),
         (["--at", "now", "--in", "5m", "--", "true"], "not both"),
         (["--timeout", "0", "--", "true"], "--timeout must be longer than zero"),

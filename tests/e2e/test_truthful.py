@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
 
-from taskq.times.timespec import format_iso, parse_when
+from taskq.times.timespec import format_iso
+from taskq.times.when import parse_when
 
 StartDaemon = Callable[..., Daemon]
 

@@ -108,7 +108,7 @@ def test_soak(tq: Taskq, tmp_path: Path, stamps: Path) -> None:
     run_at = {}
     for task_id in ids:
         run_at[task_id] = json.loads(tq.run("show", "--json", task_id).stdout)["original_run_at"]
-    from taskq.times.timespec import parse_when
+    from taskq.times.when import parse_when
 
     run_at = {t: parse_when(v, 0) / 1e6 for t, v in run_at.items()}
     kill_result = check(tq, stamps, ids, run_at)

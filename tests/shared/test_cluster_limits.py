@@ -114,7 +114,7 @@ def most_at_once(stamps: Path) -> int:
 
 
 def start_time(tq: Taskq, task_id: str) -> float:
-    from taskq.times.timespec import parse_when
+    from taskq.times.when import parse_when
 
     [start] = [r for r in tq.show(task_id)["attempts"] if r["event"] == "start"]
     return parse_when(start["time"], 0) / 1e6

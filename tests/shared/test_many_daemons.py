@@ -23,7 +23,8 @@ from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 from taskq.client.submit import submit
 from taskq.spool.layout import Spool
 from taskq.spool.task import DEFAULT_PATH, TaskBody, new_id
-from taskq.times.timespec import SECOND, parse_when
+from taskq.times.timespec import SECOND
+from taskq.times.when import parse_when
 
 StartDaemon = Callable[..., Daemon]
 # The library itself, not the faketime(1) wrapper: the wrapper forks, so a

@@ -245,7 +245,7 @@ def test_reschedule_racing_claims(bed: Bed, daemons: Callable[..., Daemon], tmp_
 
 
 def _epoch(iso: str) -> float:
-    from taskq.times.timespec import parse_when
+    from taskq.times.when import parse_when
 
     return parse_when(iso, 0) / 1e6
 

@@ -16,7 +16,8 @@ from taskq.spool import journal
 from taskq.spool.layout import Located
 from taskq.spool.listing import Row
 from taskq.spool.task import TaskBody
-from taskq.times.timespec import SECOND, format_duration, format_iso, parse_compact, parse_when
+from taskq.times.timespec import SECOND, format_duration, format_iso, parse_compact
+from taskq.times.when import parse_when
 
 Stamp = Callable[[int], str]  # an instant as text: format_iso, or zones.format_local
 _INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")

@@ -20,14 +20,16 @@ from taskq.cli.params import DURATION, ENV_VAR, POSITIVE_DURATION, PlainGroup
 from taskq.client import request
 from taskq.errors import BadInput, CorruptFile
 from taskq.schedules import materialise
-from taskq.schedules.slots import Spec, check_cron, check_zone, every_anchor, local_text, local_zone
+from taskq.schedules.slots import Spec, check_cron, check_zone, every_anchor, local_text
 from taskq.schedules.store import Schedule, Store, check_catchup, check_name
 from taskq.schedules.view import describe, detail
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool
 from taskq.spool.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_STDIN, TaskName, check_queue
+from taskq.times import zones
 from taskq.times.clock import wall_us
-from taskq.times.timespec import format_duration, format_iso, parse_when
+from taskq.times.timespec import format_duration, format_iso
+from taskq.times.when import parse_when
 
 JSON_HELP = "Print JSON instead of text."
 
@@ -117,6 +119,16 @@ def add(ctx: click.Context, /, **opts: Any) -> None:
     _echo(opts["as_json"], doc, f"{name}: next run {nxt['next'] or 'never'}")
 
 
+def _local_zone(for_cron: bool) -> str:
+    """--tz's default: the local zone's name; --every, which no zone moves, takes UTC without."""
+    try:
+        return zones.local_zone_name()
+    except BadInput:
+        if for_cron:
+            raise
+        return "UTC"
+
+
 def _build(opts: dict[str, Any], now: int) -> Schedule:
     if (opts["cron"] is None) == (opts["every"] is None):
         raise BadInput("give --cron EXPR or --every DURATION")
@@ -127,7 +139,7 @@ def _build(opts: dict[str, Any], now: int) -> Schedule:
     spec = Spec(
         cron=None if opts["cron"] is None else check_cron(opts["cron"]),
         every=opts["every"],
-        tz=check_zone(opts["tz"]) if opts["tz"] else local_zone(),
+        tz=check_zone(opts["tz"]) if opts["tz"] else _local_zone(opts["cron"] is not None),
         anchor=every_anchor(now, start),
         start=start,
         end=end,

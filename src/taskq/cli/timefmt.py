@@ -10,7 +10,7 @@ import click
 
 from taskq.errors import BadInput
 from taskq.times import zones
-from taskq.times.timespec import parse_when
+from taskq.times.when import parse_when
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 

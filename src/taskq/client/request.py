@@ -35,7 +35,6 @@ from taskq.spool.task import (
     new_id,
 )
 from taskq.text.lazyre import Lazy
-from taskq.times.timespec import parse_when
 
 ENV_NAME = Lazy(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_ATTEMPTS = 1000  # the largest --max-attempts a request may ask for
@@ -142,6 +141,10 @@ def run_at(
     if at is not None and delay is not None:
         raise BadInput(f"give {names[0]} or {names[1]}, not both")
     if at is not None:
+        # Only for --at: at(1)'s grammar and the zones (zoneinfo) stay out of
+        # the start-up of a plain submit (tests/e2e/test_submit.py, its budget).
+        from taskq.times.when import parse_when
+
         return parse_when(at, now)
     return now + (delay or 0)
 

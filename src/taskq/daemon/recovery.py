@@ -28,7 +28,7 @@ from taskq.spool import rundir as status
 from taskq.spool.faults import crash_point
 from taskq.spool.layout import stray
 from taskq.spool.task import ClaimName, TaskBody
-from taskq.times.timespec import parse_when
+from taskq.times.when import parse_when
 
 log = logging.getLogger("taskq")
 

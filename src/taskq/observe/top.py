@@ -28,7 +28,8 @@ from taskq.spool import fsutil, journal
 from taskq.spool.layout import Spool
 from taskq.spool.listing import command_of
 from taskq.spool.task import ClaimName, TaskName, bucket_of, valid_bucket
-from taskq.times.timespec import SECOND, format_compact, parse_when
+from taskq.times.timespec import SECOND, format_compact
+from taskq.times.when import parse_when
 
 ROWS = 10  # due tasks shown (running: all, up to MAX_RUNNING)
 FAILURES = 5

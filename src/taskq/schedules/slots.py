@@ -68,16 +68,6 @@ def check_zone(name: str) -> str:
     return name
 
 
-def local_zone() -> str:
-    """The local zone's IANA name (TZ, /etc/timezone, /etc/localtime), else UTC."""
-    import tzlocal
-
-    try:
-        return check_zone(tzlocal.get_localzone_name() or "UTC")
-    except (BadInput, Exception):
-        return "UTC"
-
-
 @dataclass(frozen=True)
 class Spec:
     """When occurrences fall: a cron expression in a zone, or an interval from an anchor."""

@@ -33,7 +33,8 @@ from taskq.schedules.slots import Spec
 from taskq.spool import fsutil, journal
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, new_id
-from taskq.times.timespec import SECOND, format_iso, parse_when
+from taskq.times.timespec import SECOND, format_iso
+from taskq.times.when import parse_when
 
 VERSION = 1
 SCHEDULE = "schedule.json"

@@ -32,7 +32,7 @@ from taskq.errors import NotFound, TaskqError
 from taskq.spool import fsutil, journal
 from taskq.spool.layout import Located, Spool
 from taskq.spool.task import ClaimName, TaskBody, TaskName, check_id
-from taskq.times.timespec import format_compact, parse_when
+from taskq.times.timespec import format_compact
 
 ROUNDS = 3  # probe rounds before a lookup falls back to listing the spool
 _STATE_OF_PHASE = {"claimed": "claimed", "started": "running", "cancelling": "cancelling"}
@@ -140,6 +140,8 @@ def journal_names(spool: Spool, hint: TaskName) -> list[TaskName]:
             continue
         if not isinstance(attempt, int) or attempt < 1:
             continue
+        from taskq.times.when import parse_when  # rarely needed: off submit's start-up path
+
         try:
             run_at = parse_when(r["run_at"], 0)
         except TaskqError:

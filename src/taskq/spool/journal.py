@@ -223,7 +223,7 @@ def person_schedule(records: list[dict[str, Any]], attempt: int, run_at: int, de
     one. A record whose rename never happened (a crash between the two)
     fails that test and is ignored.
     """
-    from taskq.times.timespec import parse_when
+    from taskq.times.when import parse_when
 
     started = {
         r.get("attempt"): r.get("run_at")

@@ -22,7 +22,8 @@ from taskq.errors import Conflict, CorruptFile, TaskqError
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool
 from taskq.spool.task import check_queue
-from taskq.times.timespec import format_iso, parse_when
+from taskq.times.timespec import format_iso
+from taskq.times.when import parse_when
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from typing import Any
 
 from taskq.errors import TaskqError
 from taskq.spool import fsutil
-from taskq.times.timespec import SECOND, parse_when
+from taskq.times.timespec import SECOND
+from taskq.times.when import parse_when
 
 SUFFIX = ".status"
 FILES = (".lock", ".status", ".probe")

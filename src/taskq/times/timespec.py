@@ -1,16 +1,17 @@
-"""Parse and format instants and durations; pure functions, time injected.
+"""Instants and durations: their units, limits, and the forms taskq writes and reads.
 
 Instants are integers of microseconds since the Unix epoch, UTC: exact,
 totally ordered and free of float rounding. Durations are microseconds too.
+Pure functions with no time zone but UTC: what a person's WHEN means, in
+the local zone, is `when`'s job.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import time as _time
 from collections.abc import Callable
-from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta
 
 from taskq.errors import BadInput
 from taskq.text.lazyre import Lazy
@@ -25,7 +26,6 @@ DAY = 24 * HOUR
 _UNITS = {"us": US, "ms": MS, "s": SECOND, "m": MINUTE, "h": HOUR, "d": DAY, "w": 7 * DAY}
 _PART = Lazy(r"(\d+(?:\.\d+)?)(us|ms|s|m|h|d|w)")
 _BARE = Lazy(r"\d+(?:\.\d+)?")
-_EPOCH = Lazy(r"@(-?\d+)(?:\.(\d{1,9}))?")
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=UTC)
 # The latest instant a task may name; keeps names fixed-width (year 9999).
 MAX_INSTANT = 253402300799 * SECOND
@@ -63,136 +63,6 @@ def within_limit(us: int, text: object) -> int:
     """A duration no longer than MAX_DURATION (a century); BadInput otherwise."""
     if us > MAX_DURATION:
         raise BadInput(f"duration {text!r} is longer than the limit of 36525d (a century)")
-    return us
-
-
-def parse_when(text: str, now: int, zone: tzinfo | None = None) -> int:
-    """Parse an instant as at(1) users type it, or ISO-8601, '@EPOCH[.frac]' or 'now'.
-
-    A time without an offset is a wall time in zone (default: the local zone,
-    zones.local_zone), resolved here, once. The forms: HH:MM[:SS] (the next
-    such time), noon, midnight, teatime (16:00), each optionally with today,
-    tomorrow or YYYY-MM-DD (before or after it); ISO-8601; and any of these
-    followed by '+ N minutes|hours|days|weeks'. Minutes and hours add elapsed
-    time; days and weeks add calendar days and keep the wall time, as at(1).
-    """
-    s = " ".join(text.split())
-    m = _EPOCH.fullmatch(s)
-    if m:
-        frac = m.group(2) or ""
-        us = int(m.group(1)) * SECOND + (int(frac.ljust(6, "0")[:6]) if frac else 0)
-        return _check_range(us, text)
-    base, amount, unit = _increment(s)
-    if base.lower() == "now" and unit not in ("day", "week"):
-        return _check_range(now + amount * _UNIT_US.get(unit or "", 0), text)
-    try:
-        return _check_range(_resolve(base, amount, unit, now, zone), text)
-    except _Bad as e:
-        raise BadInput(f"bad time {text!r}: {e}") from None
-    except OverflowError:
-        raise BadInput(f"time {text!r} is out of range (1970 to 9999)") from None
-
-
-class _Bad(BadInput):
-    """What is wrong with a time; parse_when names the time it was given."""
-
-
-_UNIT_US = {"minute": MINUTE, "hour": HOUR}
-_INCREMENT = Lazy(r"(.*?) ?\+ ?(\d{1,7}) ?(minute|min|hour|day|week)s?", re.IGNORECASE)
-_CLOCK = Lazy(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
-_NAMED = {"noon": "12:00", "midnight": "00:00", "teatime": "16:00"}
-_DATE = Lazy(r"\d{4}-\d{2}-\d{2}")
-_HELP = (
-    "use HH:MM[:SS] [today|tomorrow|YYYY-MM-DD], noon, midnight, teatime, "
-    "now + N minutes|hours|days|weeks, ISO-8601 or @EPOCH"
-)
-
-
-def _increment(s: str) -> tuple[str, int, str | None]:
-    """Split '+ N unit' off the end: (the base, N, the unit), or (s, 0, None)."""
-    m = _INCREMENT.fullmatch(s)
-    if m is None:
-        return s, 0, None
-    unit = m.group(3).lower()
-    return m.group(1), int(m.group(2)), "minute" if unit == "min" else unit
-
-
-def _resolve(base: str, amount: int, unit: str | None, now: int, zone: tzinfo | None) -> int:
-    """The instant of base plus the increment; naive times are wall times in zone."""
-    days = timedelta(days=amount * {"day": 1, "week": 7}.get(unit or "", 0))
-    elapsed = amount * _UNIT_US.get(unit or "", 0)
-    iso = _iso(base)
-    if iso is not None and iso.tzinfo is not None:
-        return datetime_to_us(iso + days) + elapsed
-    from taskq.times import zones
-
-    zone = zone if zone is not None else zones.local_zone()
-    local_now = zones.wall_now(now, zone)
-    if iso is not None:
-        wall = iso
-    elif base.lower() == "now":
-        wall = local_now
-    else:
-        wall = _wall(base, local_now)
-    return zones.resolve(wall + days, zone) + elapsed
-
-
-def _iso(base: str) -> datetime | None:
-    """An ISO-8601 date or time (aware or naive); None if base is not one."""
-    try:
-        return datetime.fromisoformat(_trim_fraction(base))
-    except ValueError:
-        return None
-
-
-def _wall(base: str, local_now: datetime) -> datetime:
-    """The naive wall time of an at-style time: a time of day, perhaps with a day."""
-    clock: str | None = None
-    day: str | None = None
-    for word in base.lower().split():
-        word = _NAMED.get(word, word)
-        if _CLOCK.fullmatch(word) and clock is None:
-            clock = word
-        elif (word in ("today", "tomorrow") or _DATE.fullmatch(word)) and day is None:
-            day = word
-        else:
-            raise _Bad(_HELP)
-    if clock is None:
-        raise _Bad(_HELP)
-    return _on_day(_time_of_day(clock), day, local_now)
-
-
-def _time_of_day(clock: str) -> time:
-    m = _CLOCK.fullmatch(clock)
-    assert m is not None
-    try:
-        return time(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
-    except ValueError:
-        raise _Bad(f"no time of day {clock}") from None
-
-
-def _on_day(at: time, day: str | None, local_now: datetime) -> datetime:
-    """at on the day named; with none, the next such time (the current minute counts)."""
-    if day is None:
-        wall = datetime.combine(local_now.date(), at)
-        current = local_now.replace(second=0 if at.second == 0 else local_now.second, microsecond=0)
-        return wall if wall >= current else wall + timedelta(days=1)
-    if day in ("today", "tomorrow"):
-        return datetime.combine(local_now.date() + timedelta(days=day == "tomorrow"), at)
-    try:
-        return datetime.combine(date.fromisoformat(day), at)
-    except ValueError:
-        raise _Bad(f"no day {day}") from None
-
-
-def _trim_fraction(s: str) -> str:
-    """Cut fractional seconds beyond microseconds, which fromisoformat rejects."""
-    return re.sub(r"(\.\d{6})\d+", r"\1", s)
-
-
-def _check_range(us: int, text: str) -> int:
-    if not 0 <= us <= MAX_INSTANT:
-        raise BadInput(f"time {text!r} is out of range (1970 to 9999)")
     return us
 
 
@@ -255,7 +125,7 @@ def parse_compact(text: str) -> int:
 def parse_iso_utc(text: str) -> int | None:
     """The instant of format_iso's exact form (2026-12-01T09:00:00.000000Z), else None.
 
-    The fast path for the times taskq writes itself; parse_when reads any other.
+    The fast path for the times taskq writes itself; when.parse_when reads any other.
     """
     if len(text) != 27 or text[4] != "-" or text[10] != "T" or text[-1] != "Z":
         return None

@@ -3,8 +3,12 @@
 The local zone is the one date(1) and at(1) use: TZ (an IANA name, a
 ":name", an absolute path to a TZif file, a POSIX rule such as
 "CET-1CEST,M3.5.0,M10.5.0/3", or empty for UTC), else /etc/localtime, else
-UTC. A wall time that the zone's clocks skip or show twice (a DST change)
-is refused with a one-line error naming both readings, never guessed.
+UTC. `local_zone` is the one function that finds it, for submissions and
+schedules alike; a schedule keeps its zone by name, so `local_zone_name`
+refuses a local zone that has none (a POSIX rule, a copied zone file that
+/etc/timezone does not name). A wall time that the zone's clocks skip or
+show twice (a DST change) is refused with a one-line error naming both
+readings, never guessed.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import functools
 import io
 import os
 import struct
+import zoneinfo
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -21,6 +26,7 @@ from taskq.errors import BadInput
 from taskq.times.timespec import datetime_to_us, format_iso, us_to_datetime
 
 LOCALTIME = "/etc/localtime"
+TIMEZONE = "/etc/timezone"  # Debian's name for a copied /etc/localtime
 
 
 def local_zone(environ: Mapping[str, str] | None = None) -> tzinfo:
@@ -50,18 +56,62 @@ def _zone(tz: str | None) -> tzinfo:
         ) from None
 
 
-def _localtime_file() -> tzinfo:
-    """The zone of /etc/localtime, named after its link target when it is one."""
+def local_zone_name(environ: Mapping[str, str] | None = None) -> str:
+    """The local zone's IANA name, for a schedule to keep; BadInput if it has none."""
+    environ = os.environ if environ is None else environ
+    zone = local_zone(environ)
+    key = "UTC" if zone is UTC else getattr(zone, "key", None)
+    if isinstance(key, str) and _is_iana(key):
+        return key
+    where = f"TZ={environ['TZ']!r}" if "TZ" in environ else LOCALTIME
+    raise BadInput(
+        f"the local zone ({where}) has no IANA name to keep: give --tz, e.g. --tz Europe/Berlin"
+    )
+
+
+def _is_iana(key: str) -> bool:
+    if key.startswith("/"):
+        return False
     try:
-        target = os.readlink(LOCALTIME)
-        key = target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else target
-    except OSError:
-        key = LOCALTIME
+        ZoneInfo(key)
+    except (ValueError, ZoneInfoNotFoundError):
+        return False
+    return True
+
+
+def _localtime_file() -> tzinfo:
+    """The zone of /etc/localtime, named after its link target, or as /etc/timezone says."""
     try:
         with open(LOCALTIME, "rb") as f:
-            return ZoneInfo.from_file(f, key=key)
+            data = f.read()
+        zone = ZoneInfo.from_file(io.BytesIO(data), key=_localtime_key(data))
     except (OSError, ValueError):
         return UTC
+    return zone
+
+
+def _localtime_key(data: bytes) -> str:
+    """/etc/localtime's zone name: its link's, or /etc/timezone's if its file is the same."""
+    try:
+        target = os.readlink(LOCALTIME)
+        return target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else target
+    except OSError:
+        pass
+    try:
+        with open(TIMEZONE, encoding="utf-8") as f:
+            name = f.read(256).strip()
+    except (OSError, UnicodeDecodeError):
+        return LOCALTIME
+    for root in zoneinfo.TZPATH:
+        path = os.path.join(root, name)
+        try:
+            if _is_iana(name) and os.path.realpath(path).startswith(root):
+                with open(path, "rb") as f:
+                    if f.read(len(data) + 1) == data:
+                        return name
+        except OSError:
+            continue
+    return LOCALTIME
 
 
 def _posix_rule(rule: str) -> tzinfo:

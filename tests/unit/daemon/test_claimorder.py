@@ -135,7 +135,7 @@ def test_peers_are_the_live_dispatching_records(tmp_path: Path) -> None:
     record("c_3", workers="8")
     record("d_4", updated_at="2027-01-15T07:00:00Z")  # an hour stale
     (run / "e_5.status").write_text("not json")
-    from taskq.times.timespec import parse_when
+    from taskq.times.when import parse_when
 
     now = parse_when(stamp, 0) + SECOND
     assert live_peers(str(run), "me", now) == [Peer("a_1", 8)]

@@ -28,9 +28,12 @@ from taskq.times.timespec import (
     SECOND,
     datetime_to_us,
     format_iso,
-    parse_when,
     us_to_datetime,
 )
+from taskq.times.when import parse_when
+
+HOUR_DELTA = timedelta(hours=1)
+DAY_US = 86400 * 1_000_000
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
