@@ -2,14 +2,18 @@
 
 Pure: no I/O, time is passed in (microseconds since the epoch, UTC). cronsim
 parses the expression and walks the calendar (month ends, leap days, `L`,
-`#`); it walks *naive local wall time*, and this module turns each wall time
-into an instant by the rules of taskq(1) DAYLIGHT SAVING TIME:
+`#`, the day fields' AND/OR rule); it walks *naive local wall time*, and
+this module turns each wall time into instants by cron(8)'s rules for
+clock changes (taskq(1), RECURRING TASKS):
 
-- a wall time that does not exist (spring forward) runs once, at the first
-  instant after the gap;
-- a wall time that occurs twice (fall back) runs once, at its first
-  occurrence;
-- several wall times that land on one instant run once.
+- A fixed-time job (neither its minute nor its hour field starts with `*`):
+  a wall time that does not exist (spring forward) runs once, at the first
+  instant after the gap; a wall time that occurs twice (fall back) runs
+  once, at its first occurrence; several wall times that land on one
+  instant run once.
+- A wildcard job (`*` first in the minute or hour field, as `@hourly`):
+  it runs at every real instant whose wall time matches, so a wall time
+  in the gap does not run and one in the repeated hour runs twice.
 
 `--every` slots are an exact interval in UTC from an anchor; zones do not
 touch them.
@@ -17,10 +21,11 @@ touch them.
 
 from __future__ import annotations
 
+import heapq
 import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 try:
     from cronsim import CronSim, CronSimError
@@ -28,7 +33,7 @@ except ModuleNotFoundError:  # Debian 12 has no cronsim: its taskq package bundl
     from taskq._vendor.cronsim import CronSim, CronSimError  # type: ignore[import-not-found,no-redef]
 
 from taskq.errors import BadInput
-from taskq.times.timespec import SECOND, datetime_to_us, us_to_datetime
+from taskq.times.timespec import HOUR, SECOND, datetime_to_us, us_to_datetime
 
 ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -41,6 +46,9 @@ ALIASES = {
 }
 FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 WALK_LIMIT = 100_000  # cron matches walked at most per question (over 69 days of minutes)
+# The largest clock change that a wildcard walk looks around: cron(8) treats a
+# change of 3 hours or more as a correction, not summer time.
+FOLD_MAX = 3 * HOUR
 
 
 def check_cron(expr: str) -> str:
@@ -57,6 +65,12 @@ def check_cron(expr: str) -> str:
     except CronSimError as e:
         raise BadInput(f"bad --cron {expr!r}: {str(e).lower()} field") from None
     return " ".join(fields)
+
+
+def wildcard(expr: str) -> bool:
+    """Whether cron(8) runs a job on the wall clock: its minute or hour field starts with '*'."""
+    fields = ALIASES.get(expr.strip().lower(), expr).split()
+    return fields[0].startswith("*") or fields[1].startswith("*")
 
 
 def check_zone(name: str) -> str:
@@ -135,6 +149,9 @@ class Spec:
     def _cron_after(self, t: int) -> Iterator[int]:
         assert self.cron
         zone = zoneinfo.ZoneInfo(self.tz)
+        if wildcard(self.cron):
+            yield from _every_match_after(self.cron, t, zone)
+            return
         wall = us_to_datetime(t).astimezone(zone).replace(tzinfo=None, microsecond=0)
         for _, naive in zip(range(WALK_LIMIT), CronSim(self.cron, wall), strict=False):
             slot = wall_to_instant(naive, zone)
@@ -145,6 +162,9 @@ class Spec:
     def _cron_before(self, t: int) -> Iterator[int]:
         assert self.cron
         zone = zoneinfo.ZoneInfo(self.tz)
+        if wildcard(self.cron):
+            yield from _every_match_before(self.cron, t, zone)
+            return
         wall = us_to_datetime(t + SECOND).astimezone(zone).replace(tzinfo=None, microsecond=0)
         bound = t + 1
         walk = CronSim(self.cron, wall, reverse=True)
@@ -153,6 +173,59 @@ class Spec:
             if slot < bound:
                 bound = slot
                 yield slot
+
+
+def _every_match_after(cron: str, t: int, zone: zoneinfo.ZoneInfo) -> Iterator[int]:
+    """A wildcard job's slots after t: every instant whose wall time matches, in order.
+
+    The walk starts early by as much as the clock goes back in the next
+    FOLD_MAX (a repeated hour's second pass reads earlier than t), and
+    holds instants until no wall time still to come can give an earlier one.
+    """
+    back = max(0, _offset(t, zone) - _offset(t + FOLD_MAX, zone))
+    start = _wall(t, zone).replace(microsecond=0) - timedelta(microseconds=back + SECOND)
+    held: list[int] = []
+    for _, naive in zip(range(WALK_LIMIT), CronSim(cron, start), strict=False):
+        found = _instants(naive, zone)
+        for slot in found:
+            if slot > t:
+                heapq.heappush(held, slot)
+        while held and found and held[0] <= found[0]:
+            yield heapq.heappop(held)
+    while held:
+        yield heapq.heappop(held)
+
+
+def _every_match_before(cron: str, t: int, zone: zoneinfo.ZoneInfo) -> Iterator[int]:
+    """A wildcard job's slots at or before t, latest first (the mirror of the walk after)."""
+    ahead = max(0, _offset(t - FOLD_MAX, zone) - _offset(t, zone))
+    start = _wall(t + SECOND, zone).replace(microsecond=0) + timedelta(microseconds=ahead)
+    held: list[int] = []  # negated: a max-heap
+    for _, naive in zip(range(WALK_LIMIT), CronSim(cron, start, reverse=True), strict=False):
+        found = _instants(naive, zone)
+        for slot in found:
+            if slot <= t:
+                heapq.heappush(held, -slot)
+        while held and found and -held[0] >= found[-1]:
+            yield -heapq.heappop(held)
+    while held:
+        yield -heapq.heappop(held)
+
+
+def _instants(naive: datetime, zone: zoneinfo.ZoneInfo) -> list[int]:
+    """Every instant whose wall time is naive: none in a gap, two in a repeated hour."""
+    out: list[int] = []
+    for fold in (0, 1):
+        instant = datetime_to_us(naive.replace(tzinfo=zone, fold=fold).astimezone(UTC))
+        if _wall(instant, zone) == naive and instant not in out:
+            out.append(instant)
+    return sorted(out)
+
+
+def _offset(instant: int, zone: zoneinfo.ZoneInfo) -> int:
+    """The zone's UTC offset at an instant, in microseconds."""
+    offset = us_to_datetime(instant).astimezone(zone).utcoffset()
+    return 0 if offset is None else offset // timedelta(microseconds=1)
 
 
 def wall_to_instant(naive: datetime, zone: zoneinfo.ZoneInfo) -> int:

@@ -7,11 +7,10 @@ from __future__ import annotations
 import itertools
 import re
 import zoneinfo
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from cronsim import CronSim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,27 +64,40 @@ def test_berlin_fall_back_runs_a_repeated_time_once_at_its_first_occurrence() ->
 
 def test_berlin_every_quarter_hour_through_both_changes() -> None:
     spring = cron("*/15 * * * *", "Europe/Berlin").upcoming(utc(2026, 3, 29, 0, 30), 4)
-    # 01:45 CET (00:45Z); 02:00-02:45 do not exist -> once at 03:00 CEST (01:00Z).
+    # 01:45 CET (00:45Z); 02:00-02:45 do not exist, and a wildcard job skips them;
+    # 03:00 CEST (01:00Z) is its own slot.
     assert iso(spring) == [
         "2026-03-29T00:45",
         "2026-03-29T01:00",
         "2026-03-29T01:15",
         "2026-03-29T01:30",
     ]
-    autumn = cron("*/15 * * * *", "Europe/Berlin").upcoming(utc(2026, 10, 25, 0, 30), 4)
-    # 02:45 CEST (00:45Z); 03:00 CEST... is 02:00 CET: the repeated 02:xx do not run again.
+    autumn = cron("*/15 * * * *", "Europe/Berlin").upcoming(utc(2026, 10, 25, 0, 30), 6)
+    # 02:45 CEST (00:45Z); then 02:00 CET (01:00Z): a wildcard job runs the
+    # repeated hour again, as cron(8) runs it "based on the new time".
     assert iso(autumn) == [
         "2026-10-25T00:45",
+        "2026-10-25T01:00",
+        "2026-10-25T01:15",
+        "2026-10-25T01:30",
+        "2026-10-25T01:45",
         "2026-10-25T02:00",
-        "2026-10-25T02:15",
-        "2026-10-25T02:30",
     ]
 
 
 def test_a_walk_started_inside_the_repeated_hour_does_not_go_back() -> None:
-    # 01:15Z is 02:15 CET, the second pass of 02:15: the next slot is 03:00 CET.
+    # 01:15Z is 02:15 CET, the second pass of 02:15: the next slot is 02:30 CET.
     slots = cron("*/15 * * * *", "Europe/Berlin").upcoming(utc(2026, 10, 25, 1, 15), 2)
-    assert iso(slots) == ["2026-10-25T02:00", "2026-10-25T02:15"]
+    assert iso(slots) == ["2026-10-25T01:30", "2026-10-25T01:45"]
+    # From the first pass (00:20Z, 02:20 CEST), the second pass is still to come.
+    slots = cron("*/15 * * * *", "Europe/Berlin").upcoming(utc(2026, 10, 25, 0, 20), 5)
+    assert iso(slots) == [
+        "2026-10-25T00:30",
+        "2026-10-25T00:45",
+        "2026-10-25T01:00",
+        "2026-10-25T01:15",
+        "2026-10-25T01:30",
+    ]
 
 
 # -- America/New_York: EST -5, EDT -4; 2026-03-08 02:00 -> 03:00, 2026-11-01 02:00 -> 01:00
@@ -93,7 +105,8 @@ def test_a_walk_started_inside_the_repeated_hour_does_not_go_back() -> None:
 
 def test_new_york_spring_forward() -> None:
     slots = cron("*/30 * * * *", "America/New_York").upcoming(utc(2026, 3, 8, 6), 4)
-    # 01:30 EST (06:30Z); 02:00 and 02:30 missing -> once at 03:00 EDT (07:00Z).
+    # 01:30 EST (06:30Z); 02:00 and 02:30 do not exist, and a wildcard job skips
+    # them; 03:00 EDT (07:00Z) is its own slot.
     assert iso(slots) == [
         "2026-03-08T06:30",
         "2026-03-08T07:00",
@@ -105,16 +118,198 @@ def test_new_york_spring_forward() -> None:
 
 
 def test_new_york_fall_back() -> None:
-    slots = cron("*/30 * * * *", "America/New_York").upcoming(utc(2026, 11, 1, 4, 45), 4)
-    # 01:00 and 01:30 EDT (05:00Z, 05:30Z) run; their EST repeats do not; 02:00 EST.
+    slots = cron("*/30 * * * *", "America/New_York").upcoming(utc(2026, 11, 1, 4, 45), 5)
+    # 01:00 and 01:30 EDT (05:00Z, 05:30Z), then again in EST (06:00Z, 06:30Z): a
+    # wildcard job runs in every real hour; 02:00 EST (07:00Z).
     assert iso(slots) == [
         "2026-11-01T05:00",
         "2026-11-01T05:30",
+        "2026-11-01T06:00",
+        "2026-11-01T06:30",
         "2026-11-01T07:00",
-        "2026-11-01T07:30",
     ]
     daily = cron("30 1 * * *", "America/New_York").upcoming(utc(2026, 10, 31), 3)
     assert iso(daily) == ["2026-10-31T05:30", "2026-11-01T05:30", "2026-11-02T06:30"]
+
+
+# -- cron(8)'s rules, against an oracle that reads every minute's wall time ----
+
+
+def _field(text: str, lo: int, hi: int) -> set[int]:
+    """The values of one cron field (numbers, *, ranges, steps, lists)."""
+    out: set[int] = set()
+    for part in text.split(","):
+        body, _, step = part.partition("/")
+        first, last = (
+            (lo, hi) if body == "*" else (int(body.split("-")[0]), int(body.split("-")[-1]))
+        )
+        out.update(range(first, last + 1, int(step or 1)))
+    return out
+
+
+def _offset_us(aware: datetime) -> int:
+    offset = aware.utcoffset()
+    assert offset is not None
+    return offset // timedelta(microseconds=1)
+
+
+class Oracle:
+    """Slots by cron(8)'s rules, from zoneinfo alone: walk every minute, read its wall time.
+
+    The day fields AND when either starts with '*', else OR (Vixie cron's
+    DOM_STAR/DOW_STAR). A wildcard job ('*' first in its minute or hour
+    field) runs at every instant whose wall time matches; a fixed-time job
+    at the first instant of each matching wall time, or at the end of the
+    gap that swallowed it, once per instant.
+    """
+
+    def __init__(self, expr: str) -> None:
+        expr = {"@hourly": "0 * * * *", "@daily": "0 0 * * *"}.get(expr, expr)
+        minute, hour, dom, month, dow = expr.split()
+        self.minutes, self.hours = _field(minute, 0, 59), _field(hour, 0, 23)
+        self.doms, self.months = _field(dom, 1, 31), _field(month, 1, 12)
+        self.dows = {d % 7 for d in _field(dow, 0, 7)}
+        self.day_and = dom.startswith("*") or dow.startswith("*")
+        self.wild = minute.startswith("*") or hour.startswith("*")
+
+    def matches(self, wall: datetime) -> bool:
+        dom, dow = wall.day in self.doms, wall.isoweekday() % 7 in self.dows
+        day = (dom and dow) if self.day_and else (dom or dow)
+        clock = wall.minute in self.minutes and wall.hour in self.hours and wall.second == 0
+        return clock and wall.month in self.months and day
+
+    def slots(self, zone: str, lo: int, hi: int) -> list[int]:
+        tz = zoneinfo.ZoneInfo(zone)
+
+        def wall(i: int) -> datetime:
+            return datetime.fromtimestamp(i // SECOND, tz).replace(tzinfo=None)
+
+        # Every UTC offset the zone shows near the window, read hour by hour.
+        offsets = {
+            _offset_us(datetime.fromtimestamp(i // SECOND, tz))
+            for i in range(lo - DAY_US, hi + DAY_US, HOUR)
+        }
+        found: set[int] = set()
+        day = wall(lo).date() - timedelta(days=1)
+        while day <= wall(hi).date() + timedelta(days=1):
+            for hour, minute in itertools.product(sorted(self.hours), sorted(self.minutes)):
+                naive = datetime(day.year, day.month, day.day, hour, minute)
+                if not self.matches(naive):
+                    continue
+                as_utc = utc(naive.year, naive.month, naive.day, naive.hour, naive.minute)
+                real = sorted(as_utc - off for off in offsets if wall(as_utc - off) == naive)
+                if self.wild:
+                    found.update(real)
+                elif real:
+                    found.add(real[0])
+                else:  # in a gap: the first minute whose wall time is past it
+                    i = as_utc - max(offsets)
+                    while wall(i) <= naive:
+                        i += MINUTE
+                    found.add(i)
+            day += timedelta(days=1)
+        return sorted(i for i in found if lo < i <= hi)
+
+
+@pytest.mark.parametrize(
+    ("expr", "rule"),
+    [
+        ("0 0 */2 * 1", "and"),  # a day field that starts with '*': both must match
+        ("0 0 * * 1", "and"),
+        ("0 0 1-7 * *", "and"),
+        ("0 0 1,15 * 1", "or"),  # both restricted: either may match
+        ("0 0 13 * 5", "or"),
+        ("0 12 1-7 * 0", "or"),
+    ],
+)
+def test_7_the_day_fields_and_or_rule(expr: str, rule: str) -> None:
+    lo, hi = utc(2026, 1, 1), utc(2026, 7, 1)
+    kept, _ = cron(expr, "UTC").between(lo, hi, 10_000)
+    assert kept == Oracle(expr).slots("UTC", lo, hi)
+    days = {us_to_datetime(s).date() for s in kept}
+    dom_days = {d for d in days if d.day in Oracle(expr).doms}
+    dow_days = {d for d in days if d.isoweekday() % 7 in Oracle(expr).dows}
+    if rule == "and":
+        assert dom_days == dow_days == days
+    else:
+        assert dom_days | dow_days == days and dom_days != days and dow_days != days
+
+
+def test_7_every_other_day_that_is_a_monday() -> None:
+    # Vixie cron: '*/2' makes the day-of-month test part of an AND: odd days that are Mondays.
+    slots = cron("0 0 */2 * 1", "UTC").upcoming(utc(2026, 1, 1), 4)
+    assert iso(slots) == [
+        "2026-01-05T00:00",
+        "2026-01-19T00:00",
+        "2026-02-09T00:00",
+        "2026-02-23T00:00",
+    ]
+    either = cron("0 0 1,15 * 1", "UTC").upcoming(utc(2026, 1, 1), 4)
+    assert iso(either) == [
+        "2026-01-05T00:00",
+        "2026-01-12T00:00",
+        "2026-01-15T00:00",
+        "2026-01-19T00:00",
+    ]
+
+
+WILDCARD = ["30 * * * *", "*/15 * * * *", "0 * * * *", "@hourly", "*/15 1-3 * * *", "* 2 * * *"]
+FIXED = ["30 2 * * *", "0 2 * * *", "15,45 1-3 * * *", "0 0-5 * * *", "@daily"]
+CHANGE_DAYS = [
+    ("Europe/Berlin", date(2027, 3, 28)),
+    ("Europe/Berlin", date(2026, 10, 25)),
+    ("America/New_York", date(2026, 3, 8)),
+    ("America/New_York", date(2026, 11, 1)),
+    ("Australia/Lord_Howe", date(2026, 10, 4)),
+    ("Australia/Lord_Howe", date(2026, 4, 5)),
+]
+
+
+@pytest.mark.parametrize(("zone", "day"), CHANGE_DAYS)
+@pytest.mark.parametrize("expr", WILDCARD + FIXED)
+def test_8_9_each_change_runs_as_cron_8_says(expr: str, zone: str, day: date) -> None:
+    lo = utc(day.year, day.month, day.day) - 14 * HOUR
+    hi = lo + 40 * HOUR
+    kept, count = cron(expr, zone).between(lo, hi, 10_000)
+    assert kept == Oracle(expr).slots(zone, lo, hi)
+    assert count == len(kept)
+    assert cron(expr, zone).upcoming(lo, count) == kept
+
+
+def test_8_a_wildcard_hour_skips_the_spring_gap() -> None:
+    # Berlin, 2027-03-28: 02:00 CET becomes 03:00 CEST. 02:30 does not exist;
+    # there is no extra run at 03:00 for it, only 03:30's own.
+    slots = cron("30 * * * *", "Europe/Berlin").upcoming(utc(2027, 3, 27, 23), 4)
+    assert iso(slots) == [
+        "2027-03-27T23:30",  # 00:30 CET
+        "2027-03-28T00:30",  # 01:30 CET
+        "2027-03-28T01:30",  # 03:30 CEST
+        "2027-03-28T02:30",  # 04:30 CEST
+    ]
+    fixed = cron("30 2 * * *", "Europe/Berlin").upcoming(utc(2027, 3, 27, 12), 2)
+    assert iso(fixed) == ["2027-03-28T01:00", "2027-03-29T00:30"]  # at 03:00 CEST, once
+
+
+@pytest.mark.parametrize("expr", ["*/15 * * * *", "0 * * * *", "@hourly", "*/15 1-3 * * *"])
+def test_9_a_wildcard_job_runs_in_both_passes_of_the_repeated_hour(expr: str) -> None:
+    # Berlin, 2026-10-25: 03:00 CEST becomes 02:00 CET; 02:xx happens twice.
+    kept, _ = cron(expr, "Europe/Berlin").between(
+        utc(2026, 10, 24, 23, 59), utc(2026, 10, 25, 2), 99
+    )
+    tz = zoneinfo.ZoneInfo("Europe/Berlin")
+    second_pass = [s for s in kept if us_to_datetime(s).astimezone(tz).utcoffset() == HOUR_DELTA]
+    assert second_pass, "the second 02:00-02:59 must run"
+    gaps = [b - a for a, b in itertools.pairwise(kept)]
+    assert max(gaps) <= HOUR  # never an hour without a run
+
+
+def test_9_a_fixed_time_that_repeats_still_runs_once() -> None:
+    slots = cron("30 2 * * *", "Europe/Berlin").upcoming(utc(2026, 10, 24, 12), 2)
+    assert iso(slots) == ["2026-10-25T00:30", "2026-10-26T01:30"]  # 02:30 CEST only
+    quarter = cron("15,45 2 * * *", "Europe/Berlin").between(
+        utc(2026, 10, 24, 23), utc(2026, 10, 25, 3), 99
+    )[0]
+    assert iso(quarter) == ["2026-10-25T00:15", "2026-10-25T00:45"]
 
 
 # -- calendar ----------------------------------------------------------------
@@ -168,7 +363,7 @@ def test_start_and_end_bound_the_slots() -> None:
 def test_between_counts_and_keeps_the_latest() -> None:
     spec = cron("0 * * * *", "Europe/Berlin")
     kept, count = spec.between(utc(2026, 3, 28, 22), utc(2026, 3, 29, 3, 30), 2)
-    assert count == 5  # 23Z, 00Z, 01Z, 02Z, 03Z (02:00 local is missing: 03:00 at 01Z, once)
+    assert count == 5  # 23Z, 00Z, 01Z, 02Z, 03Z (02:00 local does not exist and does not run)
     assert iso(kept) == ["2026-03-29T02:00", "2026-03-29T03:00"]
     every = Spec(cron=None, every=SECOND, tz="UTC", anchor=0)
     kept, count = every.between(10 * SECOND, 20 * SECOND, 3)
@@ -256,35 +451,37 @@ def test_a_clock_walked_through_dst_makes_each_slot_once_and_one_ahead(
 # -- properties ----------------------------------------------------------------
 
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "UTC"]
+# Days with a clock change in one of ZONES (2026-2027), and a day with none.
+CHANGES = [
+    date(2026, 3, 8),  # New York forward
+    date(2026, 3, 29),  # Berlin forward
+    date(2026, 4, 5),  # Lord Howe back 30 minutes
+    date(2026, 10, 4),  # Lord Howe forward 30 minutes
+    date(2026, 10, 25),  # Berlin back
+    date(2026, 11, 1),  # New York back
+    date(2027, 3, 28),  # Berlin forward
+    date(2026, 7, 1),
+]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     minute=st.sampled_from(["0", "30", "*/15", "5,45", "*"]),
     hour=st.sampled_from(["*", "1", "2", "1-3", "*/2"]),
     zone=st.sampled_from(ZONES),
-    start=st.integers(utc(2026, 3, 1), utc(2026, 11, 30)),
+    change=st.sampled_from(CHANGES),
+    offset=st.integers(-2 * 86400, 86400),
 )
-def test_slots_increase_and_each_wall_time_runs_at_most_once(
-    minute: str, hour: str, zone: str, start: int
+def test_slots_are_what_cron_8_s_rule_says_around_every_change(
+    minute: str, hour: str, zone: str, change: date, offset: int
 ) -> None:
-    spec = cron(f"{minute} {hour} * * *", zone)
-    slots = spec.upcoming(start, 40)
-    assert slots and slots[0] > start
-    assert all(a < b for a, b in itertools.pairwise(slots))
-    tz = zoneinfo.ZoneInfo(zone)
-    walls = [us_to_datetime(s).astimezone(tz).replace(tzinfo=None) for s in slots]
-    probe = CronSim(f"{minute} {hour} * * *", walls[0] - timedelta(minutes=1))
-    wanted = set()
-    for wall in probe:
-        if wall > walls[-1]:
-            break
-        wanted.add(wall)
-    for slot, wall in zip(slots, walls, strict=True):
-        # on its wall time, or the end of a gap that swallowed a wanted time
-        before = us_to_datetime(slot - 1).astimezone(tz).replace(tzinfo=None)
-        assert wall in wanted or before + timedelta(microseconds=1) < wall
-    assert len(set(walls)) == len(walls)  # a repeated wall time runs once
+    expr = f"{minute} {hour} * * *"
+    lo = utc(change.year, change.month, change.day) + offset * SECOND
+    hi = lo + 2 * 86400 * SECOND
+    kept, count = cron(expr, zone).between(lo, hi, 10_000)
+    assert kept == Oracle(expr).slots(zone, lo, hi)
+    assert count == len(kept)
+    assert cron(expr, zone).upcoming(lo, len(kept)) == kept
 
 
 def test_jitter_delays_the_run_never_the_slot(tmp_path: Path) -> None:
