@@ -13,9 +13,18 @@ from typing import Any
 import click
 
 from taskq.cli.common import init_spool
-from taskq.cli.params import DURATION, FILE, LISTEN, POSITIVE_DURATION, QUEUE_LIMIT, PlainHelp
+from taskq.cli.params import (
+    DURATION,
+    FILE,
+    LISTEN,
+    LOAD_LIMIT,
+    POSITIVE_DURATION,
+    QUEUE_LIMIT,
+    PlainHelp,
+)
 from taskq.daemon import logsetup
 from taskq.daemon.detach import PidFile, detach
+from taskq.daemon.loadgate import DEFAULT_LIMITS
 from taskq.daemon.loop import Daemon
 from taskq.daemon.settings import Settings
 from taskq.errors import BadInput, TaskqError
@@ -85,6 +94,23 @@ from taskq.times.timespec import parse_duration
     metavar="NAME=N",
     help="Run at most N attempts of queue NAME at once, across every daemon of the spool "
     "(repeatable; over config.toml's [queues.NAME] limit).",
+)
+@click.option(
+    "--load-limit",
+    "load_limit",
+    type=LOAD_LIMIT,
+    multiple=True,
+    metavar="NAME=LOAD",
+    help="Start queue NAME's attempts only while the load average is below LOAD, as atd -l "
+    "does batch jobs (repeatable; batch=1.5 unless given; NAME=off ungates).",
+)
+@click.option(
+    "--load-interval",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    type=DURATION,
+    help="Least time between two starts in a load-gated queue, as atd -b.",
 )
 @click.option(
     "--doorbell-poll",
@@ -179,6 +205,8 @@ def daemon_command(ctx: click.Context, /, **opts: Any) -> None:
         kill_grace=opts["kill_grace"],
         shutdown_grace=opts["shutdown_grace"],
         queue_limits=_queue_limits(opts["queue_limit"]),
+        load_limits=_load_limits(opts["load_limit"]),
+        load_interval=opts["load_interval"],
         keep_done=None if opts["keep_done"] == "never" else parse_duration(opts["keep_done"]),
         metrics_file=_metrics_file(opts["metrics_file"]),
         metrics_listen=opts["metrics_listen"],
@@ -217,6 +245,12 @@ def daemon_command(ctx: click.Context, /, **opts: Any) -> None:
 
 def _queue_limits(pairs: tuple[tuple[str, int], ...]) -> dict[str, int]:
     return dict(pairs)  # checked by params.QUEUE_LIMIT; the last of a name wins
+
+
+def _load_limits(pairs: tuple[tuple[str, float | None], ...]) -> dict[str, float]:
+    """The load gates: the default ones, then the options' (the last of a name wins)."""
+    limits: dict[str, float | None] = {**DEFAULT_LIMITS, **dict(pairs)}
+    return {name: load for name, load in limits.items() if load is not None}
 
 
 def _metrics_file(path: str | None) -> str | None:

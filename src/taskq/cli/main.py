@@ -1,7 +1,7 @@
 """The taskq command line: the `taskq` group, its commands loaded when asked for, exit statuses.
 
 Each command group lives in a module of its own (submit, daemon, tasks,
-queues, admin, fence_check, schedule) and is imported only when that
+queues, admin, fence_check, schedule, at) and is imported only when that
 command runs: `taskq submit` starts as a new process for every task, and
 what it imports is its start-up time (tests/e2e/test_submit.py states the
 budget). This is the one place where errors become a message and an exit
@@ -46,6 +46,10 @@ class _Group(PlainGroup):
         "fence-check": ("taskq.cli.fence_check", "fence_check_command"),
         "schedule": ("taskq.cli.schedule", "schedule"),
         "top": ("taskq.cli.top", "top"),
+        "at": ("taskq.cli.at", "at_command"),
+        "atq": ("taskq.cli.at", "atq_command"),
+        "atrm": ("taskq.cli.at", "atrm_command"),
+        "batch": ("taskq.cli.at", "batch_command"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

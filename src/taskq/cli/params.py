@@ -101,6 +101,37 @@ class QueueLimit(_Type):
             self.fail(f"{_option(param)}: {e}", param, ctx)
 
 
+class LoadLimit(_Type):
+    """NAME=LOAD, gate queue NAME at a 1-minute load average of LOAD, or NAME=off (no gate)."""
+
+    name = "NAME=LOAD"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, float | None]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = str(value).partition("=")
+        try:
+            load = None if text == "off" else float(text)
+        except ValueError:
+            load = -1.0
+        if not sep or (load is not None and not 0 < load <= MAX_LOAD):
+            self.fail(
+                f"bad {_option(param)} {value!r}: expected NAME=LOAD with 0 < LOAD <= "
+                f"{MAX_LOAD:g}, or NAME=off",
+                param,
+                ctx,
+            )
+        try:
+            return check_queue(name), load
+        except BadInput as e:
+            self.fail(f"{_option(param)}: {e}", param, ctx)
+
+
+MAX_LOAD = 1e6  # a load average no host reaches: finite, so a gate is a number
+
+
 class Listen(_Type):
     """ADDRESS:PORT to listen on, as (address, port); [ADDRESS]:PORT for IPv6."""
 
@@ -126,6 +157,7 @@ DURATION = Duration()
 POSITIVE_DURATION = Duration(positive=True)
 ENV_VAR = EnvVar()
 QUEUE_LIMIT = QueueLimit()
+LOAD_LIMIT = LoadLimit()
 LISTEN = Listen()
 
 

@@ -22,6 +22,7 @@ from taskq.daemon.claimorder import ClaimOrder
 from taskq.daemon.clusterlimits import ClusterLimits
 from taskq.daemon.crew import Crew, Part
 from taskq.daemon.dueindex import DueIndex
+from taskq.daemon.loadgate import LoadGate
 from taskq.daemon.policy import expired
 from taskq.errors import CorruptFile
 from taskq.spool import journal, transitions
@@ -35,7 +36,7 @@ _LOST = object()  # a claim that found its task gone
 
 
 class QueueCaps:
-    """Per-queue concurrency caps (--queue-limit) and paused queues, against what is busy now."""
+    """Per-queue concurrency caps (--queue-limit), paused queues and the load gate, now."""
 
     def __init__(
         self,
@@ -44,17 +45,27 @@ class QueueCaps:
         busy: Iterable[str],
         paused: frozenset[str] = frozenset(),
         cluster: Callable[[str], bool] = lambda queue: True,
+        gate: LoadGate | None = None,
     ) -> None:
         self.limits = limits
         self.default = default
         self.busy = collections.Counter(busy)
         self.paused = paused
         self.cluster = cluster  # the cluster-wide permits leave room (clusterlimits.py)
+        self.gate = gate
 
     def open(self, queue: str) -> bool:
         if queue in self.paused or not self.cluster(queue):
             return False
-        return not self.limits or self.busy[queue] < self.limits.get(queue, self.default)
+        if self.limits and self.busy[queue] >= self.limits.get(queue, self.default):
+            return False
+        return self.gate is None or self.gate.open(queue)
+
+    def took(self, queue: str) -> None:
+        """One more of queue's tasks is claimed to start."""
+        self.busy[queue] += 1
+        if self.gate is not None:
+            self.gate.took(queue)
 
 
 class Dispatcher(Part):
@@ -168,7 +179,7 @@ class Dispatcher(Part):
             ready = self.prepare(held, now)
             if ready is not None:
                 prepared.append(ready)
-                caps.busy[ready.body.queue] += 1
+                caps.took(ready.body.queue)
         for name in waiting:
             self.index.push(name)
         return prepared

@@ -148,10 +148,12 @@ class Daemon(Parts):
         self.aftermath.committed()
         if self.prepared:
             crash_point("daemon.committed")
-            before = {p.claim.task.id for p in self.prepared}
-            self.prepared = self.starter.start_due(self.prepared)
+            prepared = self.prepared
+            self.prepared = self.starter.start_due(prepared)
             left = {p.claim.task.id for p in self.prepared}
-            self.limits.started(before - left, self.clock.now())
+            started = [p for p in prepared if p.claim.task.id not in left]
+            self.limits.started({p.claim.task.id for p in started}, self.clock.now())
+            self.loadgate.started(p.body.queue for p in started)
         if not self.stopping:
             self._take_in(self.clock.now(), rang)  # after the starts a flood of files could delay
             self._pass_schedules(self.clock.now(), rang)  # after the starts it could delay
@@ -234,7 +236,14 @@ class Daemon(Parts):
         busy = [r.body.queue for r in self.attempts.all()]
         busy += [p.body.queue for p in self.prepared]
         paused = self.dispatcher.pauses.held(self.clock.now())
-        return QueueCaps(self.cfg.queue_limits, self.cfg.workers, busy, paused, self.limits.open)
+        return QueueCaps(
+            self.cfg.queue_limits,
+            self.cfg.workers,
+            busy,
+            paused,
+            cluster=self.limits.open,
+            gate=self.loadgate,
+        )
 
     # -- the clock and health -----------------------------------------------
 
@@ -299,8 +308,11 @@ class Daemon(Parts):
         if lapses is not None:  # a pause --until ends: its queue's due tasks start
             out.append(mono + lapses - self.clock.now())
         nxt = index.next_run_at(self._caps().open)
+        gate_opens = self.loadgate.wake_at()  # a load-gated queue with work: look again then
         free = self.cfg.workers - len(self.attempts) - len(self.prepared)
         if nxt is not None and free > 0 and self.guard.ok:
             prepare_at = self.clock.earliest_start(nxt) - self.commit.lead()
             out.append(mono + prepare_at - self.clock.now())
+        if gate_opens is not None and free > 0 and self.guard.ok:
+            out.append(gate_opens)
         return out

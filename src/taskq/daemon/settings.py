@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from taskq.daemon.loadgate import DEFAULT_INTERVAL, DEFAULT_LIMITS
 from taskq.errors import BadInput
 from taskq.times.timespec import DAY, HOUR, MS, SECOND, format_duration
 
@@ -24,6 +25,7 @@ RANGES = {
     "clock_check": (100 * MS, DAY),
     "kill_grace": (0, DAY),
     "shutdown_grace": (0, DAY),
+    "load_interval": (0, DAY),
 }
 
 
@@ -41,6 +43,8 @@ class Settings:
     rescan: int = 30 * SECOND  # the safety-net rescan interval
     doorbell_poll: int = 250 * MS  # stat the doorbell this often (other hosts' submits)
     queue_limits: dict[str, int] = field(default_factory=dict)  # per-queue concurrency caps
+    load_limits: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
+    load_interval: int = DEFAULT_INTERVAL  # between two starts in a load-gated queue
     clock_margin: int = 1 * MS
     max_uncertainty: int = 2 * SECOND  # above it, stop dispatching
     clock_check: int = 10 * SECOND  # how often to measure the clock offset

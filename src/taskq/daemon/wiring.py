@@ -18,6 +18,7 @@ from taskq.daemon.crew import Crew
 from taskq.daemon.dispatch import Dispatcher
 from taskq.daemon.health import Health
 from taskq.daemon.housekeeping import Housekeeper
+from taskq.daemon.loadgate import LoadGate
 from taskq.daemon.pickup import Pickup
 from taskq.daemon.policy import Backoff
 from taskq.daemon.recovery import Recovery
@@ -85,6 +86,7 @@ class Parts:
         )
         self.pickup = Pickup(crew, spool_config.security, settings.tmp_max_age)
         self.recovery = Recovery(crew, self.attempts, self.limits.taken_over)
+        self.loadgate = LoadGate(settings.load_limits, settings.load_interval, mono=clock.mono)
         self.housekeeper = Housekeeper(
             spool, clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done
         )

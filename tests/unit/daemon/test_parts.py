@@ -15,6 +15,7 @@ from taskq.daemon.clockguard import ClockGuard
 from taskq.daemon.commit import PREPARE_LEAD, GroupCommit
 from taskq.daemon.crew import Crew
 from taskq.daemon.dispatch import Dispatcher, QueueCaps
+from taskq.daemon.loadgate import LOAD_READ, LoadGate
 from taskq.daemon.policy import Backoff
 from taskq.daemon.recovery import Recovery
 from taskq.daemon.settle import Settler
@@ -110,6 +111,29 @@ def test_queue_caps_hold_across_one_dispatch(parts: Parts) -> None:
     caps = QueueCaps({"slow": 1}, 8, ["slow"])  # one slow attempt already runs
     ready = parts.dispatcher.claim_due(parts.clock.now(), 8, caps)
     assert sorted(r.body.queue for r in ready) == ["fast"] * 4
+
+
+def test_the_load_gate_holds_a_batch_queue_and_starts_one_per_interval(parts: Parts) -> None:
+    for _ in range(3):
+        parts.add(T0 - 1, queue="batch")
+        parts.add(T0 - 1, queue="default")
+    parts.dispatcher.rescan(parts.clock.now())
+    load = [2.0]
+    gate = LoadGate({"batch": 1.5}, 60 * SECOND, lambda: load[0], parts.clock.mono)
+    ready = parts.dispatcher.claim_due(parts.clock.now(), 8, QueueCaps({}, 8, [], gate=gate))
+    assert sorted(r.body.queue for r in ready) == ["default"] * 3  # the load is too high
+    assert gate.wake_at() == parts.clock.mono() + LOAD_READ
+    load[0] = 0.3
+    parts.t.tick(LOAD_READ)
+    ready = parts.dispatcher.claim_due(parts.clock.now(), 8, QueueCaps({}, 8, [], gate=gate))
+    assert [r.body.queue for r in ready] == ["batch"]  # one, then the interval
+    parts.t.tick(SECOND)  # the start comes a second after the claim: the interval counts from it
+    gate.started(r.body.queue for r in ready)
+    parts.t.tick(60 * SECOND - 1)
+    assert parts.dispatcher.claim_due(parts.clock.now(), 8, QueueCaps({}, 8, [], gate=gate)) == []
+    parts.t.tick(1)
+    ready = parts.dispatcher.claim_due(parts.clock.now(), 8, QueueCaps({}, 8, [], gate=gate))
+    assert [r.body.queue for r in ready] == ["batch"]
 
 
 def test_bad_names_are_quarantined_and_strays_ignored(parts: Parts) -> None:

@@ -430,6 +430,7 @@ def _total(text: str) -> None:
         assert "\n" not in str(e)
 
 
+@pytest.mark.slow
 @given(st.text(max_size=24))
 def test_the_parser_never_crashes(text: str) -> None:
     _total(text)
