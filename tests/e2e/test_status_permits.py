@@ -14,7 +14,7 @@ from conftest import Daemon, Taskq, until, wait_for
 from taskq.spool import permits
 from taskq.spool.layout import Spool
 from taskq.spool.task import new_id
-from taskq.times.timespec import parse_when
+from taskq.times.when import parse_when
 
 
 def status(tq: Taskq) -> list[dict[str, Any]]:
