@@ -25,7 +25,8 @@ from taskq.spool.drop import Request
 from taskq.spool.layout import STATES, Spool
 from taskq.spool.task import TaskName, check_id, check_queue
 from taskq.times.clock import wall_us
-from taskq.times.timespec import SECOND, parse_when
+from taskq.times.timespec import SECOND
+from taskq.times.when import parse_when
 
 
 @click.command(cls=PlainHelp, name="ls")
