@@ -56,7 +56,8 @@ ROUNDS: list[list[Row]] = []  # each round's rows, in the order the sections mad
 def row(what: str, ours: str, ref: str = "", ratio: str = "", value: float | None = None) -> None:
     """One figure of this round; value is its ratio as a number, for the median over rounds."""
     ROUNDS[-1].append((what, ours, ref, ratio, value))
-    print(f"  {what}: {ours}" + (f" vs {ref} ({ratio})" if ref else ""), flush=True)
+    versus = f" vs {ref}" + (f" ({ratio})" if ratio else "") if ref else ""
+    print(f"  {what}: {ours}{versus}", flush=True)
 
 
 def summary() -> list[tuple[str, str, str, str]]:
