@@ -312,7 +312,11 @@ def test_at_minus_t_is_a_local_time(tq: Taskq) -> None:
             "taskq: bad time '12:60': minute 60 is out of range (0-59); at(1) would run "
             "13:00, taskq does not carry it over\n",
         ),
-        ("Feb 30", "taskq: bad time 'Feb 30': Feb has no day 30\n"),
+        (
+            "Feb 30",
+            "taskq: bad time 'Feb 30': Feb has no day 30; at(1) would carry it into Mar,"
+            " taskq does not\n",
+        ),
     ],
 )
 def test_out_of_range_fields_are_refused_by_both(tq: Taskq, form: str, message: str) -> None:

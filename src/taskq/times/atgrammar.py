@@ -334,5 +334,9 @@ def _checked(year: int | None, month: int, day: int) -> Date:
     if not 1 <= month <= 12:
         raise Unparsable(f"month {month} is out of range (1-12)")
     if not 1 <= day <= _DAYS_IN[month - 1]:
-        raise Unparsable(f"{MONTHS[month - 1].title()} has no day {day}")
+        after = MONTHS[month % 12].title()
+        raise Unparsable(
+            f"{MONTHS[month - 1].title()} has no day {day}; at(1) would carry it into {after},"
+            " taskq does not"
+        )
     return Date(year=year, month=month, day=day)

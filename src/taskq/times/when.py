@@ -11,7 +11,8 @@ them:
   has passed (the current minute counts as passed, or the current second
   when seconds are given), it is tomorrow's, as in at(1).
 - A month and day without a year is this year's, moved by the increment;
-  if that is before today, next year's.
+  if that is before today (or this year has no such day and at(1)'s
+  carried-over day would be before today), next year's.
 - Days, weeks, months and years move the wall time by the calendar (a day
   past a month's end runs into the next month, as in at(1)); minutes and
   hours are elapsed time, added last.
@@ -158,7 +159,12 @@ def _evaluate(p: Parsed, now: int, zone: tzinfo | None, micro: int = 0) -> int:
 
     tz = _zone(p.zone) if p.zone else zone if zone is not None else zones.local_zone()
     local_now = zones.wall_now(now, tz)
-    first = _candidate(p, now, local_now, tz, micro)
+    try:
+        first = _candidate(p, now, local_now, tz, micro)
+    except NoSuchDay as e:  # Feb 29 without a year, in a year without one
+        if p.date is None or p.date.year is not None or e.carried >= local_now.date():
+            raise
+        return _candidate(p, now, local_now, tz, micro, years=1)
     if p.clock is not None and p.date is None and p.unit not in (*_DAYS, *_MONTHS):
         passed = now - now % (SECOND if p.seconds else MINUTE)
         return first if first > passed else _candidate(p, now, local_now, tz, micro, days=1)
@@ -208,10 +214,22 @@ def _day(d: Date | None, today: date, years: int) -> date:
         try:
             return date(year, d.month, d.day)
         except ValueError:
-            raise Unparsable(f"{year}-{d.month:02d}-{d.day:02d} is no date") from None
+            raise NoSuchDay(year, d.month, d.day) from None
     if d.weekday is not None:
         return today + timedelta(days=(d.weekday - today.weekday() - 1) % 7 + 1)
     return today + timedelta(days=d.days)
+
+
+class NoSuchDay(Unparsable):
+    """A written day its year lacks (29 February 2027), which at(1) carries over."""
+
+    def __init__(self, year: int, month: int, day: int) -> None:
+        self.carried = date(year, month, 1) + timedelta(days=day - 1)
+        super().__init__(
+            f"{year}-{month:02d}-{day:02d} is no date; at(1) would run"
+            f" {self.carried.day} {atgrammar.MONTHS[self.carried.month - 1].title()},"
+            " taskq does not carry it over"
+        )
 
 
 def _zone(name: str) -> tzinfo:

@@ -7,6 +7,7 @@ the section titles are the items of issue 25 (and its at(1) list).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -165,10 +166,11 @@ def test_4_now_minus_is_elapsed_time_and_due_at_once() -> None:
         ("0:60", "at(1) would run 01:00"),
         ("1260", "minute 60 is out of range"),
         ("12:00:60", "second 60 is out of range"),
-        ("Feb 30", "Feb has no day 30"),
-        ("31.04.2027", "Apr has no day 31"),
+        ("Feb 30", "Feb has no day 30; at(1) would carry it into Mar, taskq does not"),
+        ("31.04.2027", "Apr has no day 31; at(1) would carry it into May"),
         ("13/01/2027", "month 13 is out of range"),
-        ("2027-02-29", "2027-02-29 is no date"),
+        ("2027-02-29", "2027-02-29 is no date; at(1) would run 1 Mar"),
+        ("Feb 29", "2027-02-29 is no date; at(1) would run 1 Mar"),  # this year's has passed
         ("13pm", "hour 13 is too large for pm"),
     ],
 )
@@ -178,6 +180,18 @@ def test_5_out_of_range_fields_are_refused_with_at_s_reading(text: str, message:
     got = str(caught.value)
     assert got.startswith(f"bad time {text!r}: ") and message in got, got
     assert "\n" not in got
+
+
+def test_5_feb_29_without_a_year_is_the_next_one_at_s_carry_would_not_reach() -> None:
+    # at(1) reads Feb 29 as this year's, carried to 1 March when there is none,
+    # and moves a day before today to next year: so late in 2027 it is 2028-02-29
+    late_2027 = wall(BERLIN, date(2027, 12, 1), 9)
+    assert when("Feb 29", BERLIN, late_2027) == wall(BERLIN, date(2028, 2, 29), 9)
+    assert when("Feb 29 noon", BERLIN, late_2027) == wall(BERLIN, date(2028, 2, 29), 12)
+    march_2027 = wall(BERLIN, date(2027, 3, 5), 9)
+    assert when("Feb 29", BERLIN, march_2027) == wall(BERLIN, date(2028, 2, 29), 9)
+    with pytest.raises(BadInput, match=re.escape("2027-02-29 is no date; at(1) would run 1 Mar")):
+        when("Feb 29", BERLIN, wall(BERLIN, date(2027, 2, 28), 9))  # at(1): 1 March 2027
 
 
 # -- 6: the rest of at(1)'s grammar -------------------------------------------
