@@ -12,8 +12,10 @@ clock when it starts. It reports, per run:
   drain (0 is perfectly fair; round robin keeps it near 0);
 * claims won and lost, as the daemons count them (their last log line);
 * with --strace, every daemon runs under `strace -f -e trace=rename,renameat2`:
-  claim renames that failed with ENOENT (lost) per task, and all renames per
-  task;
+  claim renames that failed with ENOENT (lost) per task, every rename that
+  failed with ENOENT (a lost race, as issue 26 counted them) per task, those
+  refused with EINVAL (RENAME_NOREPLACE on a filesystem without it, each
+  followed by a plain rename) per task, and all renames per task;
 * on GlusterFS (--fs gluster; needs root, /dev/fuse and glusterfs-server),
   the brick's file operations per task from `gluster volume profile`.
 
@@ -58,6 +60,8 @@ class Result:
     lost: int
     renames: int | None
     lost_renames: int | None
+    failed_renames: int | None
+    refused_renames: int | None
     fops: int | None
     cpu: float = 0.0  # CPU seconds of the daemons and their attempts, per task
 
@@ -74,7 +78,8 @@ def run_once(roots: list[Path], k: int, n: int, tmp: Path, use_strace: bool) -> 
         log, trace = tmp / f"d{k}-{i}.log", tmp / f"d{k}-{i}.strace"
         argv = [*TASKQ, "daemon", "--host-id", f"host{i}", "--workers", "8", "--lease", "30s"]
         if use_strace:
-            argv = ["strace", "-f", "-qq", "-e", "trace=rename,renameat2", "-o", str(trace), *argv]
+            strace = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", "trace=rename,renameat2"]
+            argv = [*strace, "-o", str(trace), *argv]  # seccomp-bpf: untraced calls run free
         env = {**os.environ, "TASKQ_SPOOL": str(roots[i % len(roots)])}
         with open(log, "wb") as f:
             procs.append(subprocess.Popen(argv, env=env, stderr=f))
@@ -125,17 +130,21 @@ def run_once(roots: list[Path], k: int, n: int, tmp: Path, use_strace: bool) -> 
         m = STOP_LINE.search(log.read_text())
         if m:
             won, lost = won + int(m.group(1)), lost + int(m.group(2))
-    renames = lost_renames = None
+    renames = lost_renames = failed = refused = None
     if use_strace:
-        renames = lost_renames = 0
+        renames = lost_renames = failed = refused = 0
         for trace in traces:
             for line in trace.read_text().splitlines():
                 if "rename" not in line:
                     continue
                 renames += 1
                 lost_renames += "_claimed_" in line and "ENOENT" in line
+                failed += " = -1 ENOENT" in line  # a lost race, whichever rename
+                refused += " = -1 EINVAL" in line  # RENAME_NOREPLACE refused: a plain one follows
     fairness = abs(medians[0] - medians[1]) / drain
-    return Result(k, n, drain, late, fairness, won, lost, renames, lost_renames, None, cpu)
+    return Result(
+        k, n, drain, late, fairness, won, lost, renames, lost_renames, failed, refused, None, cpu
+    )
 
 
 def _children_cpu() -> float:
@@ -169,18 +178,21 @@ def report(r: Result, fs: str) -> str:
         f"{max(r.late) * 1e3:.0f} ms | {sum(x < 0 for x in r.late)} | {r.fairness:.3f} | "
         f"{r.cpu * 1e3:.1f} ms | {r.lost / max(runs, 1):.3f} |"
     )
-    if r.renames is not None and r.lost_renames is not None:
-        row += f" {r.lost_renames / runs:.3f} | {r.renames / runs:.2f} |"
+    counted = (r.renames, r.lost_renames, r.failed_renames, r.refused_renames)
+    if all(c is not None for c in counted):
+        row += "".join(f" {c / runs:.3f} |" for c in counted[1:])  # type: ignore[operator]
+        row += f" {r.renames / runs:.2f} |"  # type: ignore[operator]
     else:
-        row += " - | - |"
+        row += " - | - | - | - |"
     row += f" {r.fops / runs:.1f} |" if r.fops is not None else " - |"
     return row
 
 
 HEADER = (
     "| fs | daemons | tasks | drain | lateness p50/p99/max | early | fairness | CPU/task "
-    "| claims lost/task (counters) | lost/task (strace) | renames/task | brick fops/task |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| claims lost/task (counters) | lost claims/task (strace) | ENOENT renames/task "
+    "| EINVAL renames/task | renames/task | brick fops/task |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -197,7 +209,7 @@ def gluster_fops(bed: GlusterBed, action: str) -> int:
     bed.cli("volume", "profile", GLUSTER_VOLUME, "stop")
     calls = collections.Counter[str]()
     for line in out.splitlines():
-        m = re.match(r"\s*[\d.]+\s+[\d.]+\s+us\s+[\d.]+\s+us\s+[\d.]+\s+us\s+(\d+)\s+(\w+)", line)
+        m = re.match(r"\s*[\d.]+(?:\s+[\d.]+ [nu]s){3}\s+(\d+)\s+(\w+)", line)
         if m:
             calls[m.group(2)] += int(m.group(1))
     return sum(calls.values())
