@@ -18,9 +18,14 @@ EX_CONFLICT = 4  # the task is in a state that does not allow the request
 EX_TEMPFAIL = 75  # retrying later can succeed (disk full, spool busy)
 EX_NOPERM = 77  # permission denied on the spool
 EX_CONFIG = 78  # the spool's config.toml is wrong
+EX_WAIT_CANCELLED = 120  # taskq wait, one task: it was cancelled
+EX_WAIT_EXPIRED = 121  # taskq wait, one task: it expired without running
 EX_WAIT_TIMEOUT = 124  # taskq wait: the time ran out (as timeout(1) exits)
-EX_CANCELLED = 125  # taskq wait, one task: it was cancelled
-EX_EXPIRED = 126  # taskq wait, one task: it expired without running
+# wait's own statuses keep out of the numbers wrappers give meanings to:
+# sysexits (64-78, which taskq uses), xargs(1) (123-127), timeout(1), env(1)
+# and nice(1) (125 failed itself, 126 cannot run, 127 not found) and the
+# shells' 128+N for a signal. A failed task's status passes through, as
+# timeout(1) passes its command's: `taskq wait --json` tells them apart.
 
 
 class TaskqError(Exception):
@@ -89,11 +94,11 @@ def wait_status(ends: Sequence[tuple[str, int | None]]) -> int:
     """taskq wait's status, from how each task ended: (state, its last exit status).
 
     All done: 0. One task that did not: its last exit status if it failed
-    (1 if it has none), 125 if cancelled, 126 if expired. Several: 1.
+    (1 if it has none), 120 if cancelled, 121 if expired. Several: 1.
     """
     if len(ends) == 1:
         how, status = ends[0]
-        codes = {"done": EX_OK, "cancelled": EX_CANCELLED, "expired": EX_EXPIRED}
+        codes = {"done": EX_OK, "cancelled": EX_WAIT_CANCELLED, "expired": EX_WAIT_EXPIRED}
         return codes.get(how, status or EX_FAILURE)
     return EX_OK if all(how == "done" for how, _ in ends) else EX_FAILURE
 

@@ -90,7 +90,7 @@ def test_cancel_a_running_task_terms_then_kills(
     assert out.startswith(f"cancelling {task_id} (running")
     assert tq.state(task_id) in ("cancelling", "cancelled")
     proc = tq.run("wait", task_id, check=False)
-    assert proc.returncode == 125
+    assert proc.returncode == 120
     pid = events(tq.show(task_id), "start")[0]["pid"]
     wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 10, "the attempt to be stopped")
     assert time.monotonic() - began < 8
@@ -106,9 +106,15 @@ def test_wait_statuses(tq: Taskq, start_daemon: StartDaemon) -> None:
     late = tq.submit("--at", "2001-01-01T00:00:00Z", "--expires", "1s", "--", "true")
     pending = tq.submit("--in", "1h", "--", "true")
     assert tq.run("wait", ok).returncode == 0
-    assert tq.run("wait", late, check=False).returncode == 126
+    assert tq.run("wait", late, check=False).returncode == 121
     timed = tq.run("wait", "--timeout", "0.3s", pending, check=False)
     assert timed.returncode == 124 and b"timed out" in timed.stderr
+    wrapped = subprocess.run(  # wait under timeout(1): every status keeps one meaning
+        ["timeout", "30", *TASKQ, "wait", late],
+        capture_output=True,
+        env={**os.environ, "TASKQ_SPOOL": str(tq.spool)},
+    )
+    assert wrapped.returncode == 121 and wrapped.returncode not in (124, 125, 126, 127)
     both = tq.run("wait", ok, late, check=False)
     assert both.returncode == 1 and sorted(both.stdout.decode().split()) == sorted(
         [ok, "done", late, "expired"]
@@ -200,8 +206,25 @@ def test_cancel_survives_the_death_of_the_attempts_daemon(
     assert tq.run("cancel", task_id).stdout.decode().startswith(f"cancelling {task_id}")
     assert tq.state(task_id) == "cancelling" and os.path.exists(f"/proc/{pid}")
     start_daemon()
-    assert tq.run("wait", "--timeout", "20s", task_id, check=False).returncode == 125
+    assert tq.run("wait", "--timeout", "20s", task_id, check=False).returncode == 120
     wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 10, "the orphan to be stopped")
     doc = tq.show(task_id)
     assert events(doc, "adopted") and events(doc, "cancel-requested")
     assert len(events(doc, "start")) == 1
+
+
+def test_wait_json_tells_a_failed_status_from_waits_own(
+    tq: Taskq, start_daemon: StartDaemon
+) -> None:
+    """A task that exits 124 makes wait exit 124 too; --json says it failed, not timed out."""
+    start_daemon()
+    clash = tq.submit("--", "sh", "-c", "exit 124")
+    cancelled = tq.submit("--in", "1h", "--", "true")
+    tq.run("cancel", cancelled)
+    proc = tq.run("wait", "--json", clash, check=False)
+    assert proc.returncode == 124
+    assert json.loads(proc.stdout) == {"id": clash, "outcome": "failed", "exit_status": 124}
+    both = tq.run("wait", "--json", clash, cancelled, check=False)
+    outcomes = {d["id"]: d["outcome"] for d in map(json.loads, both.stdout.splitlines())}
+    assert both.returncode == 1 and outcomes == {clash: "failed", cancelled: "cancelled"}
+    assert tq.run("wait", cancelled, check=False).returncode == 120

@@ -265,8 +265,11 @@ def retry_command(
 @click.option(
     "--timeout", type=DURATION, metavar="DURATION", help="Give up after DURATION (exit 124)."
 )
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object a line per task.")
 @click.pass_context
-def wait_command(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | None) -> None:
+def wait_command(
+    ctx: click.Context, task_ids: tuple[str, ...], timeout: int | None, as_json: bool
+) -> None:
     """Wait until the tasks end; print how each ended; exit as the EXIT STATUS table says."""
     spool = spool_of(ctx)
     seconds = None if timeout is None else timeout / SECOND
@@ -279,6 +282,10 @@ def wait_command(ctx: click.Context, task_ids: tuple[str, ...], timeout: int | N
     for found in watch.wait(spool, list(task_ids), seconds):
         how, status = watch.outcome(spool, found)
         results.append((how, status))
+        if as_json:
+            doc = {"id": found.name.id, "outcome": how, "exit_status": status}
+            click.echo(json.dumps(doc))
+            continue
         shown = f" (exit status {status})" if how == "failed" and status is not None else ""
         click.echo(f"{found.name.id} {how}{shown}")
     if len(results) < len(set(check_id(t) for t in task_ids)):
