@@ -26,7 +26,9 @@ def _options() -> list[tuple[str, str, click.Parameter]]:
 
 
 def test_the_subcommands() -> None:
-    assert SUBCOMMANDS == ["add", "ls", "next", "pause", "resume", "rm", "show"]
+    assert SUBCOMMANDS == [
+        "add", "backfill", "ls", "next", "pause", "resume", "rm", "run", "show", "skip",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "option", "param"), _options())

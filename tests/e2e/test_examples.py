@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from conftest import Daemon, Taskq
+from conftest import Daemon, Taskq, wait_for
 
 StartDaemon = Callable[..., Daemon]
 RunExample = Callable[..., subprocess.CompletedProcess[bytes]]
@@ -49,6 +49,27 @@ def run_example(tq: Taskq, tmp_path: Path) -> Callable[..., subprocess.Completed
     return run
 
 
+def test_schedule_health(
+    tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
+) -> None:
+    out = tmp_path / "ran"
+    command = ("sh", "-c", f'echo "$TASKQ_SCHEDULED_AT $TASKQ_ID" >> {out}')
+    printed = run_example("schedule-health.sh", *command).stdout.decode()
+    assert "report: running" in printed and "health:" in printed
+    doc = json.loads(tq.run("schedule", "show", "--json", "report").stdout)
+    assert doc["cron"] == ["0 9 * * 1-5", "0 11 * * 0,6"] and doc["skip_before"]
+    assert doc["overlap"] == "replace" and doc["pause_after_failures"] == 3
+    backfilled = [o for o in doc["occurrences"] if o.get("kind") == "backfilled"]
+    assert 5 <= len(backfilled) <= 7  # one a day: the last seven days, less holidays
+    start_daemon()
+    wanted = len(backfilled) + 1  # and the manual run
+    wait_for(lambda: out.exists() and len(out.read_text().splitlines()) >= wanted, 60, "runs")
+    run_example("schedule-health.sh", *command)  # again: one more manual run, no slot again
+    wait_for(lambda: len(out.read_text().splitlines()) >= wanted + 1, 60, "the second manual run")
+    slots = [line.split()[0] for line in out.read_text().splitlines()]
+    assert len(slots) == len(set(slots)) == wanted + 1
+
+
 def test_every_example_is_tested() -> None:
     tested = {
         "maintenance-window.sh",
@@ -63,6 +84,7 @@ def test_every_example_is_tested() -> None:
         "fenced-append.sh",
         "pipeline.sh",
         "notify-chat.sh",
+        "schedule-health.sh",
     }
     assert {p.name for p in EXAMPLES.glob("*.sh")} == tested
 

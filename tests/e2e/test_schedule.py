@@ -85,7 +85,12 @@ def test_bad_input_and_an_existing_name_change_nothing(tq: Taskq) -> None:
         (["b", "--cron", "61 * * * *"], 2, "bad minute field"),
         (["b", "--every", "1h", "--tz", "Nowhere/Land"], 2, "not an IANA time zone"),
         (["b", "--every", "1h", "--catchup", "most"], 2, "bad --catchup"),
-        (["b", "--every", "1h", "--cron", "@daily"], 2, "give --cron EXPR or --every"),
+        (["b", "--every", "1h", "--cron", "@daily"], 2, "give --cron EXPR, --every DURATION or"),
+        (["b", "--every-after", "1h", "--every", "1h"], 2, "or --every-after DURATION"),
+        (["b", "--every-after", "1h", "--catchup", "all"], 2, "--catchup is latest"),
+        (["b", "--cron", "@daily", "--except", "2026-13-01"], 2, "bad --except"),
+        (["b", "--cron", "@daily", "--except-cron", "* 25 * * *"], 2, "bad hour field"),
+        (["b", "--every", "1h", "--pause-after-failures", "0"], 2, "pause-after-failures"),
         (["b/c", "--every", "1h"], 2, "bad schedule name"),
     ]
     for args, status, message in cases:

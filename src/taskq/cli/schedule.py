@@ -16,12 +16,22 @@ from typing import Any
 
 import click
 
+from taskq.cli import schedule_asked
 from taskq.cli.params import DURATION, ENV_VAR, POSITIVE_DURATION, PlainGroup
 from taskq.client import request
 from taskq.errors import BadInput, CorruptFile
-from taskq.schedules import materialise
+from taskq.schedules import materialise, view
+from taskq.schedules.rules import check_date
 from taskq.schedules.slots import Spec, check_cron, check_zone, every_anchor, local_text
-from taskq.schedules.store import Schedule, Store, check_catchup, check_name
+from taskq.schedules.store import (
+    MAX_FAILURES,
+    MAX_RULES,
+    OVERLAP,
+    Schedule,
+    Store,
+    check_catchup,
+    check_name,
+)
 from taskq.schedules.view import describe, detail
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool
@@ -53,8 +63,33 @@ def schedule() -> None:
 
 @schedule.command()
 @click.argument("name")
-@click.option("--cron", "cron", metavar="EXPR", help="5-field cron expression or @hourly etc.")
+@click.option(
+    "--cron",
+    "cron",
+    metavar="EXPR",
+    multiple=True,
+    help="5-field cron expression or @hourly etc. (repeatable: the union).",
+)
 @click.option("--every", type=POSITIVE_DURATION, metavar="DURATION", help="Exact interval.")
+@click.option(
+    "--every-after",
+    type=POSITIVE_DURATION,
+    metavar="DURATION",
+    help="Run DURATION after the previous occurrence ended.",
+)
+@click.option(
+    "--except-cron",
+    metavar="EXPR",
+    multiple=True,
+    help="Not the slots this expression names too (repeatable).",
+)
+@click.option(
+    "--except",
+    "except_dates",
+    metavar="DATE",
+    multiple=True,
+    help="No slot on this local date, YYYY-MM-DD (repeatable).",
+)
 @click.option("--tz", metavar="ZONE", help="IANA time zone of --cron [default: the local zone].")
 @click.option(
     "--catchup",
@@ -65,10 +100,18 @@ def schedule() -> None:
 )
 @click.option(
     "--overlap",
-    type=click.Choice(["skip", "queue", "allow"]),
+    type=click.Choice(list(OVERLAP)),
     default="skip",
     show_default=True,
-    help="A slot due while the previous occurrence runs: skip it, queue one, or run both.",
+    help="A slot due while the previous occurrence runs: skip it, queue one, run both, "
+    "or stop the previous one and run.",
+)
+@click.option(
+    "--pause-after-failures",
+    "pause_after",
+    type=click.IntRange(1, MAX_FAILURES),
+    metavar="N",
+    help="Pause the schedule after N failed occurrences in a row.",
 )
 @click.option(
     "--jitter",
@@ -130,16 +173,21 @@ def _local_zone(for_cron: bool) -> str:
 
 
 def _build(opts: dict[str, Any], now: int) -> Schedule:
-    if (opts["cron"] is None) == (opts["every"] is None):
-        raise BadInput("give --cron EXPR or --every DURATION")
+    crons = [check_cron(c) for c in opts["cron"]]
+    if sum((bool(crons), opts["every"] is not None, opts["every_after"] is not None)) != 1:
+        raise BadInput("give --cron EXPR, --every DURATION or --every-after DURATION")
+    if opts["every_after"] is not None and opts["catchup"] != "latest":
+        raise BadInput("--every-after has one slot outstanding at most: --catchup is latest")
+    if len(crons) + len(opts["except_cron"]) + len(opts["except_dates"]) > 3 * MAX_RULES:
+        raise BadInput(f"at most {MAX_RULES} each of --cron, --except-cron and --except")
     start = None if opts["start"] is None else parse_when(opts["start"], now)
     end = None if opts["end"] is None else parse_when(opts["end"], now)
     if start is not None and end is not None and end < start:
         raise BadInput("--end is before --start")
     spec = Spec(
-        cron=None if opts["cron"] is None else check_cron(opts["cron"]),
-        every=opts["every"],
-        tz=check_zone(opts["tz"]) if opts["tz"] else _local_zone(opts["cron"] is not None),
+        cron=crons[0] if crons else None,
+        every=opts["every"] if opts["every"] is not None else opts["every_after"],
+        tz=check_zone(opts["tz"]) if opts["tz"] else _local_zone(bool(crons)),
         anchor=every_anchor(now, start),
         start=start,
         end=end,
@@ -163,6 +211,11 @@ def _build(opts: dict[str, Any], now: int) -> Schedule:
         task=template,
         created=now,
         since=now,
+        also=tuple(crons[1:]),
+        except_cron=tuple(check_cron(c) for c in opts["except_cron"]),
+        except_dates=tuple(sorted({check_date(d) for d in opts["except_dates"]})),
+        every_after=opts["every_after"] is not None,
+        pause_after=opts["pause_after"],
     )
 
 
@@ -221,15 +274,15 @@ def _summary(store: Store, name: str, now: int) -> dict[str, Any]:
         sched = store.read(name)
     except CorruptFile as e:
         return {"name": name, "when": f"(unreadable: {e})", "next": None}
-    s = sched.spec
-    nxt = None if sched.paused else s.after(max(now, sched.since - 1))
+    state = store.state(name, sched.since)
+    nxt = view.next_slot(sched, state, now)
     return {
         "name": name,
-        "when": s.cron if s.cron else f"every {_duration(s.every or 0)}",
-        "tz": s.tz,
+        "when": view.when_text(sched),
+        "tz": sched.spec.tz,
         "catchup": sched.catchup,
         "overlap": sched.overlap,
-        "state": "paused" if sched.paused else ("ended" if nxt is None else "active"),
+        "state": view.status(sched, state, nxt),
         "next": None if nxt is None else _iso(nxt),
     }
 
@@ -262,9 +315,13 @@ def next_(ctx: click.Context, name: str, count: int, as_json: bool) -> None:
 
     store, now = _store(ctx), _now()
     sched = store.read(name)
-    slots = sched.spec.upcoming(max(now, sched.since - 1), count)
-    docs = [{"slot": _iso(s), "local": local_text(s, sched.spec.tz)} for s in slots]
-    _echo(as_json, docs, "\n".join(f"{d['slot']}  {d['local']}" for d in docs))
+    slots = view.upcoming(sched, store.state(name, sched.since), now, count)
+    docs = [
+        {"slot": _iso(s), "local": local_text(s, sched.spec.tz), "skipped": skip}
+        for s, skip in slots
+    ]
+    lines = [f"{d['slot']}  {d['local']}" + ("  (skipped)" if d["skipped"] else "") for d in docs]
+    _echo(as_json, docs, "\n".join(lines))
 
 
 # -- changing ----------------------------------------------------------------
@@ -295,6 +352,10 @@ def resume(ctx: click.Context, name: str, as_json: bool) -> None:
     nxt = _first_pass(store, sched, now)
     doc = {"name": name, "paused": False, **nxt}
     _echo(as_json, doc, f"resumed {name}: next run {nxt['next']}")
+
+
+for _command in (schedule_asked.run, schedule_asked.skip, schedule_asked.backfill):
+    schedule.add_command(_command)
 
 
 @schedule.command()

@@ -98,7 +98,9 @@ class Parts:
             on_measured,
         )
         self.starter = Starter(crew, self.attempts, self.guard.check, self.metrics.started)
-        self.schedules = Materialiser(spool)
+        self.schedules = Materialiser(
+            spool, self.metrics.scheduled, self.aftermath.teller.tell_schedule
+        )
 
 
 def _public(cfg: Settings) -> dict[str, object]:

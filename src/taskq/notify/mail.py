@@ -78,6 +78,18 @@ def message(doc: dict[str, Any], to: str, headline: str) -> bytes:
     return bytes(msg)
 
 
+def schedule_message(doc: dict[str, Any], to: str) -> bytes:
+    """The message telling that a schedule was paused by its failures."""
+    msg = EmailMessage()
+    msg["To"] = to
+    msg["Subject"] = f"taskq: schedule {doc['schedule']} paused after {doc['failures']} failures"
+    msg["Auto-Submitted"] = "auto-generated"
+    lines = [f"{k + ':':<13}{v}" for k, v in doc.items() if v is not None]
+    lines += ["", f"taskq schedule resume {doc['schedule']}  # when it is fixed"]
+    msg.set_content("\n".join(lines) + "\n")
+    return bytes(msg)
+
+
 def output_tail(path: str | None) -> str:
     """The last lines of an attempt's output, at most TAIL_BYTES of it."""
     if path is None:

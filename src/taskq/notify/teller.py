@@ -21,6 +21,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from taskq.errors import CorruptFile
 from taskq.notify import event, mail
@@ -49,7 +50,9 @@ class Teller:
         self.spool = spool
         self.notify = notify
         self.wall = wall
-        self._queue: queue.Queue[Ended | None] = queue.Queue(BACKLOG)
+        self._queue: queue.Queue[Ended | tuple[dict[str, Any], TaskBody] | None] = queue.Queue(
+            BACKLOG
+        )
         self.thread = threading.Thread(target=self._run, name="taskq-teller", daemon=True)
 
     def start(self) -> None:
@@ -67,15 +70,36 @@ class Teller:
         except queue.Full:
             log.warning("notify backlog full: not telling that %s %s", ended.name.id, ended.state)
 
+    def tell_schedule(self, doc: dict[str, Any], template: TaskBody) -> None:
+        """Tell of a schedule event (paused by its failures), as a failure of its task is told."""
+        try:
+            self._queue.put_nowait((doc, template))
+        except queue.Full:
+            log.warning("notify backlog full: not telling of schedule %s", doc.get("schedule"))
+
     def _run(self) -> None:
         while True:
-            ended = self._queue.get()
-            if ended is None:
+            item = self._queue.get()
+            if item is None:
                 return
             try:
-                self.one(ended)
+                if isinstance(item, Ended):
+                    self.one(item)
+                else:
+                    self.schedule_event(*item)
             except Exception as e:  # one bad telling must not end the others
-                log.warning("cannot tell that %s %s: %s", ended.name.id, ended.state, e)
+                log.warning("cannot tell %s: %s", item, e)
+
+    def schedule_event(self, doc: dict[str, Any], template: TaskBody) -> None:
+        """Run the hook (if it is told of failures) and mail whom the template's failures go to."""
+        if self.notify is not None and "failed" in self.notify.on:
+            self._hook(self.notify, doc)
+        to = mail.recipient(template, "failed", None, os.getuid)
+        if to is not None and (sendmail := find_sendmail()) is not None:
+            msg = mail.schedule_message(doc, to)
+            outcome = run_bounded([sendmail, "-t"], msg, MAIL_TIMEOUT)
+            if outcome != "exit 0":
+                log.warning("mail to %s about schedule %s: %s", to, doc["schedule"], outcome)
 
     def one(self, ended: Ended) -> None:
         """Run the hook and send mail for one ended task, as configured and asked."""
@@ -106,11 +130,11 @@ class Teller:
         except (CorruptFile, OSError):
             return None  # moved on (retried, pruned): tell what we know
 
-    def _hook(self, hook: Notify, doc: dict[str, object]) -> str:
+    def _hook(self, hook: Notify, doc: dict[str, Any]) -> str:
         data = (event.json_line(doc)).encode()
         outcome = run_bounded(list(hook.command), data, hook.timeout)
         if outcome != "exit 0":
-            log.warning("notify hook for %s: %s", doc["id"], outcome)
+            log.warning("notify hook for %s: %s", doc.get("id") or doc.get("schedule"), outcome)
         return outcome
 
     def _mail(self, to: str, doc: dict[str, object], timeout: int) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 import prometheus_client
 import prometheus_client.metrics
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from taskq.observe.snapshot import Snapshot
@@ -114,6 +114,7 @@ class Metrics:
         self.report: dict[str, Any] | None = None  # stats.collect's, as last counted
         self.counted_at = 0.0
         self.count_seconds = 0.0
+        self.schedules: dict[str, dict[str, Any]] = {}  # ends.health by schedule, each pass
         self.registry.register(_Rendered(self))
 
     # -- handed over by the loop (cheap) ----------------------------------
@@ -140,6 +141,10 @@ class Metrics:
         """The loop has ended: no longer dispatching, whatever its last iteration said."""
         if self.loop is not None:
             self.loop = dataclasses.replace(self.loop, dispatching=False, at=time.time())
+
+    def scheduled(self, health: dict[str, dict[str, Any]]) -> None:
+        """Each schedule's health as the materialiser's last pass read it (one assignment)."""
+        self.schedules = health
 
     # -- handed over by the counting thread -------------------------------
 
@@ -168,9 +173,27 @@ class _Rendered(Collector):
 
     def collect(self) -> Iterator[Metric]:
         m = self.m
+        yield self._build_info()
         yield from self._loop(m.loop)
         if m.report is not None:
             yield from self._spool(m.report)
+        yield from schedule_families(list(m.labels.values()), m.schedules)
+
+    def _build_info(self) -> GaugeMetricFamily:
+        import platform
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            ours = version("taskq")
+        except PackageNotFoundError:
+            ours = "unknown"
+        family = GaugeMetricFamily(
+            "taskq_build_info",
+            "Always 1: the taskq version and Python this daemon runs.",
+            labels=[*LABELS, "version", "python"],
+        )
+        family.add_metric([*self.m.labels.values(), ours, platform.python_version()], 1)
+        return family
 
     def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, doc, labels=list(LABELS))
@@ -244,3 +267,60 @@ class _Rendered(Collector):
             "How long that count took.",
             self.m.count_seconds,
         )
+
+
+def schedule_families(labels: list[str], health: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    """The per-schedule series, from each schedule's health (schedules/ends.py)."""
+    names = [*LABELS, "schedule"]
+    families = {
+        "last_success": GaugeMetricFamily(
+            "taskq_schedule_last_success_timestamp_seconds",
+            "When the schedule's latest successful occurrence ended (0: never).",
+            labels=names,
+        ),
+        "last_slot": GaugeMetricFamily(
+            "taskq_schedule_last_slot_timestamp_seconds",
+            "The schedule's latest slot decided (made a task, or skipped).",
+            labels=names,
+        ),
+        "failures_in_a_row": GaugeMetricFamily(
+            "taskq_schedule_failures_in_a_row",
+            "Failed occurrences since the last success.",
+            labels=names,
+        ),
+        "paused": GaugeMetricFamily(
+            "taskq_schedule_paused",
+            "1 while the schedule is paused (by schedule pause or --pause-after-failures).",
+            labels=names,
+        ),
+    }
+    missed = CounterMetricFamily(
+        "taskq_schedule_missed_slots",
+        "Slots that fell due while every daemon was down (caught up or not).",
+        labels=names,
+    )
+    skipped = CounterMetricFamily(
+        "taskq_schedule_skipped_slots",
+        "Slots not run, by reason: catchup, overlap, paused, skip, replaced.",
+        labels=[*names, "reason"],
+    )
+    for name, h in sorted(health.items()):
+        for key, family in families.items():
+            family.add_metric([*labels, name], _seconds(h.get(key)))
+        missed.add_metric([*labels, name], h.get("missed", 0))
+        for reason, count in sorted(h.get("skipped", {}).items()):
+            skipped.add_metric([*labels, name, reason], count)
+    yield from families.values()
+    yield missed
+    yield skipped
+
+
+def _seconds(value: Any) -> float:
+    """An ISO instant as epoch seconds, a count as itself, None as 0."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool | int | float):
+        return float(value)
+    from taskq.times.when import parse_when
+
+    return parse_when(str(value), 0) / SECOND

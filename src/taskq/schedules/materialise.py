@@ -24,17 +24,21 @@ from __future__ import annotations
 import logging
 import os
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from taskq.client import operations
 from taskq.client.submit import submit
 from taskq.errors import CorruptFile, NotFound, TaskqError
-from taskq.schedules.store import Schedule, State, Store, catchup_keep
+from taskq.schedules import ends, following
+from taskq.schedules.store import MAX_LIVE, Schedule, State, Store, catchup_keep
 from taskq.spool import byid, deps, fsutil
 from taskq.spool.ending import end_task
 from taskq.spool.layout import Located, Spool
-from taskq.spool.task import ClaimName, TaskName
+from taskq.spool.task import ClaimName, TaskBody, TaskName, bucket_of
 from taskq.times.timespec import MAX_INSTANT, MS, SECOND, format_iso
+from taskq.times.when import parse_when
 
 log = logging.getLogger("taskq")
 
@@ -49,11 +53,18 @@ LISTED = 10  # skipped slots journalled one by one; more are one range record
 
 @dataclass
 class Pass:
-    """What one pass over a schedule needs: the store, now, and the running task ids."""
+    """What one pass over a schedule needs: the store, now, and the running task ids.
+
+    events collects what the pass tells people of (a schedule paused by
+    its failures), for the daemon to hand to the hook and mail.
+    """
 
     store: Store
     now: int
     running: frozenset[str]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    lost: bool = False  # a compare-and-swap of this pass lost: its state is not saved
+    health: dict[str, dict[str, Any]] = field(default_factory=dict)  # by schedule, for metrics
 
     @property
     def spool(self) -> Spool:
@@ -79,27 +90,42 @@ def guard(sched: Schedule) -> int:
 def advance(p: Pass, sched: Schedule) -> int | None:
     """One pass over one schedule; the instant it next needs one (None: never)."""
     state = p.store.state(sched.name, sched.since)
+    base = replace(state, live=list(state.live), skipped=dict(state.skipped))
     before = state.to_json()
+    told = ends.watch(p.store, sched, state, p.running, p.now)
+    if told is not None:
+        p.events.append(told)
+    paused = sched.paused or ends.auto_paused(sched, state)
+    if state.held is None and sched.overlap in ("queue", "replace"):
+        _adopt_held(p, sched, state)
     if state.held is not None:
         _release(p, sched, state)
-    if sched.paused:
+    if paused:
         _judge(p, sched, state, paused=True)
+    elif sched.every_after:
+        following.follow(p, sched, state)
     else:
         _catch_up(p, sched, state)
         _judge(p, sched, state, paused=False)
         _top_up(p, sched, state)
+    if p.lost:  # another pass moved the occurrence first and saved its state: read it next
+        p.lost = False
+        return p.now + HELD_POLL
     if state.to_json() != before:
-        p.store.save_state(sched.name, state)
-    return _next_pass(p, sched, state)
+        p.store.save_state(sched.name, state, base)
+    p.health[sched.name] = ends.health(sched, state)
+    return _next_pass(p, sched, state, paused)
 
 
-def _next_pass(p: Pass, sched: Schedule, state: State) -> int | None:
+def _next_pass(p: Pass, sched: Schedule, state: State, paused: bool) -> int | None:
     out = []
-    if state.held is not None:
+    if state.held is not None or (state.live and sched.every_after):
         out.append(p.now + HELD_POLL)
+    elif state.live and sched.pause_after:
+        out.append(p.now + REFRESH)
     if state.cursor_task is not None and not state.checked:
         out.append(state.cursor - guard(sched))
-    if not sched.paused and sched.spec.after(state.cursor) is not None:
+    if not paused and not sched.every_after and sched.when.after(state.cursor) is not None:
         out.append(state.cursor)
     return min(out) if out else None
 
@@ -111,7 +137,7 @@ def _catch_up(p: Pass, sched: Schedule, state: State) -> None:
     """Decide the slots that fell due with no task (every daemon down), as --catchup says."""
     keep = catchup_keep(sched.catchup)
     lo = max(state.cursor, sched.since - 1)
-    missed, count = sched.spec.between(lo, p.now, max(keep, 1))
+    missed, count = sched.when.between(lo, p.now, max(keep, 1))
     if count == 0:
         return
     kept = missed[-keep:] if keep else []
@@ -123,7 +149,7 @@ def _catch_up(p: Pass, sched: Schedule, state: State) -> None:
         if t is not None and t != state.held and _pending(p, t) is not None
     ]
     for task in waiting[: max(0, len(waiting) - max(0, keep - count))]:
-        dest = _cancel_if_pending(p, task)
+        dest = cancel_if_pending(p, task)
         if dest is not None:
             nominal = _slot_of(p, dest)
             p.store.log(sched.name, "skipped", p.now, slot=nominal, task=_id(task), why="catchup")
@@ -135,8 +161,14 @@ def _catch_up(p: Pass, sched: Schedule, state: State) -> None:
         state.prev_task = state.cursor_task
     skipped = [s for s in missed if s not in kept]
     _log_skipped(p, sched.name, lo, skipped, count - len(missed), kept)
+    state.missed += count
+    state.count_skipped("catchup", count - len(kept))
+    for slot in [s for s in kept if skipped_by_operator(sched, s)]:
+        p.store.log(sched.name, "skipped", p.now, slot=format_iso(slot), why="skip")
+        state.count_skipped("skip")
+        kept.remove(slot)
     for slot in kept:
-        name = _make(p, sched, slot, slot, "caught-up")
+        name = make(p, sched, state, slot, slot, "caught-up")
         if name is not None:
             state.prev_task = name
     state.cursor, state.cursor_task, state.checked = missed[-1], None, True
@@ -163,39 +195,82 @@ def _log_skipped(
 
 
 def _judge(p: Pass, sched: Schedule, state: State, paused: bool) -> None:
-    """GUARD before the next slot: skip it if paused, skip or queue it on overlap."""
+    """GUARD before the next slot: skip it if paused or skipped; on overlap, as --overlap says."""
     if state.cursor_task is None or state.checked or p.now < state.cursor - guard(sched):
         return
     state.checked = True
     slot = format_iso(state.cursor)
-    if paused:
-        if _cancel_if_pending(p, state.cursor_task) is not None:
-            p.store.log(sched.name, "skipped", p.now, slot=slot, why="paused")
+    why = "paused" if paused else ("skip" if skipped_by_operator(sched, state.cursor) else None)
+    if why is not None:
+        if cancel_if_pending(p, state.cursor_task) is not None:
+            p.store.log(sched.name, "skipped", p.now, slot=slot, why=why)
+            state.count_skipped(why)
             state.cursor_task = None
         return
     if sched.overlap == "allow":
         return
-    behind = _id(state.prev_task)
+    running = running_before(p, state, _id(state.cursor_task))
     queued = state.held is not None and _id(state.held) != _id(state.cursor_task)
-    if not queued and (behind is None or behind not in p.running):
+    if not queued and not running:
         return
-    if sched.overlap == "queue" and not queued:
+    behind = running[0] if running else state.held_behind
+    if sched.overlap == "replace" and queued and cancel_if_pending(p, str(state.held)):
+        p.store.log(sched.name, "skipped", p.now, task=_id(state.held), why="replaced")
+        state.count_skipped("replaced")
+        state.held, queued = None, False
+    if sched.overlap in ("queue", "replace") and not queued:
         held = _reschedule_if_pending(p, state.cursor_task, HELD_AT)
-        if held is not None:
-            p.store.log(sched.name, "queued", p.now, slot=slot, behind=behind)
-            state.held, state.held_behind, state.cursor_task = held, behind, held
+        if held is None:
+            p.lost = _held_by_another(p, state.cursor_task)
+            return
+        event = "queued" if sched.overlap == "queue" else "replacing"
+        p.store.log(sched.name, event, p.now, slot=slot, behind=behind)
+        state.held, state.held_behind, state.cursor_task = held, behind, held
+        if sched.overlap == "replace":
+            _stop(p, sched.name, running)
         return
-    if _cancel_if_pending(p, state.cursor_task) is not None:
+    if cancel_if_pending(p, state.cursor_task) is not None:
         p.store.log(sched.name, "skipped", p.now, slot=slot, why="overlap", behind=behind)
+        state.count_skipped("overlap")
         state.cursor_task = None
 
 
+def _held_by_another(p: Pass, name: str) -> bool:
+    """Whether another pass has just queued this occurrence (so its state holds it)."""
+    try:
+        found = byid.locate(p.spool, TaskName.parse(name).id)
+    except (TaskqError, ValueError):
+        return False
+    return found.state == "pending" and found.name.run_at == HELD_AT
+
+
+def skipped_by_operator(sched: Schedule, slot: int) -> bool:
+    """Whether `taskq schedule skip` covers this slot."""
+    return sched.skip_before is not None and slot < sched.skip_before
+
+
+def running_before(p: Pass, state: State, not_this: str | None) -> list[str]:
+    """The schedule's occurrences that run now, other than not_this (the one being judged)."""
+    ids = [_id(state.prev_task), *state.live]
+    return sorted({t for t in ids if t is not None and t != not_this and t in p.running})
+
+
+def _stop(p: Pass, name: str, running: list[str]) -> None:
+    """Stop the running occurrences a replacing one waits for: TERM, then KILL after the grace."""
+    for tid in running:
+        try:
+            operations.cancel(p.spool, tid)
+        except TaskqError:
+            continue  # ended meanwhile
+        p.store.log(name, "stopped", p.now, task=tid, why="replaced")
+
+
 def _release(p: Pass, sched: Schedule, state: State) -> None:
-    """Start a queued occurrence once the one it waits for has ended."""
+    """Start a queued (or replacing) occurrence once those it waits for have ended."""
     assert state.held is not None
-    if state.held_behind is not None and state.held_behind in p.running:
+    if running_before(p, state, _id(state.held)) or state.held_behind in p.running:
         return
-    moved = _reschedule_if_pending(p, state.held, p.now)
+    moved = _reschedule_if_pending(p, state.held, max(p.now, _held_slot(p, state)))
     if moved is not None:
         p.store.log(sched.name, "released", p.now, task=_id(moved))
     for attr in ("cursor_task", "prev_task"):
@@ -204,30 +279,57 @@ def _release(p: Pass, sched: Schedule, state: State) -> None:
     state.held = state.held_behind = None
 
 
+def _held_slot(p: Pass, state: State) -> int:
+    """The slot of the held occurrence: it is released at it at the earliest (never early)."""
+    found = _pending(p, str(state.held))
+    slot = None if found is None else _slot_of(p, found[1])
+    try:
+        return state.cursor if slot is None else parse_when(slot, 0)
+    except TaskqError:
+        return state.cursor
+
+
+def _adopt_held(p: Pass, sched: Schedule, state: State) -> None:
+    """Take back a queued occurrence whose pass was killed before it saved its state."""
+    bucket = p.spool.bucket_dir(bucket_of(HELD_AT))
+    for entry in fsutil.listdir(bucket):
+        try:
+            body = p.spool.read_body(os.path.join(bucket, entry))
+        except (TaskqError, OSError):
+            continue
+        if body.env.get("TASKQ_SCHEDULE") == sched.name and str(body.key).startswith(
+            f"{sched.name}@"
+        ):
+            state.held, state.held_behind = entry, None
+            return
+
+
 def _top_up(p: Pass, sched: Schedule, state: State) -> None:
     """Once the cursor slot is due, make the first slot after now (catch-up took the rest)."""
     if state.cursor > p.now:
         return  # the next one is made, or decided, ahead
-    slot = sched.spec.after(max(p.now, sched.since - 1))
+    slot = sched.when.after(max(p.now, sched.since - 1))
     if slot is None:
         return
     if state.cursor_task is not None:
         state.prev_task = state.cursor_task
     jitter = random.randrange(sched.jitter) if sched.jitter else 0
     state.cursor = slot
-    state.cursor_task = _make(p, sched, slot, slot + jitter, "made")
+    state.cursor_task = make(p, sched, state, slot, slot + jitter, "made")
     state.checked = False
 
 
 # -- tasks -------------------------------------------------------------------
 
 
-def _make(p: Pass, sched: Schedule, slot: int, run_at: int, event: str) -> str | None:
+def make(p: Pass, sched: Schedule, state: State, slot: int, run_at: int, event: str) -> str | None:
     """Submit the occurrence of slot (or get the one already made); its name."""
     body = sched.request(slot, run_at).body(sched.task.argv, p.now)
     name, created = submit(p.spool, body)
     if created:
         p.store.log(sched.name, event, p.now, slot=format_iso(slot), task=name.id)
+    if name.id not in state.live and len(state.live) < MAX_LIVE:
+        state.live.append(name.id)
     return str(name)
 
 
@@ -257,7 +359,7 @@ def _slot_of(p: Pass, path: str) -> str | None:
         return None
 
 
-def _cancel_if_pending(p: Pass, name: str) -> str | None:
+def cancel_if_pending(p: Pass, name: str) -> str | None:
     """Cancel an occurrence still pending under this name; its new path, None if it moved on."""
     found = _pending(p, name)
     if found is None:
@@ -287,11 +389,26 @@ def _reschedule_if_pending(p: Pass, name: str, run_at: int) -> str | None:
 # -- the daemon's part -------------------------------------------------------
 
 
-class Materialiser:
-    """The daemon's part: passes over every schedule when one is needed."""
+Told = Callable[[dict[str, Any], TaskBody], None]
 
-    def __init__(self, spool: Spool) -> None:
+
+class Materialiser:
+    """The daemon's part: passes over every schedule when one is needed.
+
+    After each pass it hands on_health each schedule's health (ends.health,
+    for the metrics) and on_event what a pass tells people of, with the
+    schedule's task template (whom to mail).
+    """
+
+    def __init__(
+        self,
+        spool: Spool,
+        on_health: Callable[[dict[str, dict[str, Any]]], None] | None = None,
+        on_event: Told | None = None,
+    ) -> None:
         self.store = Store(spool)
+        self.on_health = on_health
+        self.on_event = on_event
         self.due_at = 0  # wall instant of the next pass
         self.last = -RING_GAP
         self.passed = False  # a first pass is made before the daemon's first dispatch
@@ -314,6 +431,8 @@ class Materialiser:
             if nxt is not None:
                 due = min(due, nxt)
         self.due_at = due
+        if self.on_health is not None:
+            self.on_health(p.health)
 
     def wake_at(self, busy: bool) -> int:
         """The wall instant the loop must wake for the next pass (see tick's busy)."""
@@ -325,7 +444,12 @@ class Materialiser:
             sched = self.store.read(name)
             if os.lstat(path).st_uid != os.getuid():
                 return None  # its tasks would be ours: see taskq-daemon(8) SCHEDULES
-            return advance(p, sched)
+            told = len(p.events)
+            nxt = advance(p, sched)
+            for doc in p.events[told:]:
+                if self.on_event is not None:
+                    self.on_event(doc, sched.task)
+            return nxt
         except CorruptFile as e:
             log.error("quarantining schedule %s: %s", name, e)
             self.store.spool.quarantine(path, str(e), p.now)
@@ -349,7 +473,7 @@ def retire(store: Store, name: str, now: int) -> list[str]:
     out = []
     for task in {state.cursor_task, state.held} - {None}:
         assert task is not None
-        if _cancel_if_pending(p, task) is None:
+        if cancel_if_pending(p, task) is None:
             continue
         tid = _id(task)
         out.append(str(tid))

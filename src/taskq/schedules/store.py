@@ -24,15 +24,16 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from taskq.client.request import Request
 from taskq.errors import BadInput, Conflict, CorruptFile, NotFound
+from taskq.schedules.rules import Rules, check_date
 from taskq.schedules.slots import Spec
 from taskq.spool import fsutil, journal
 from taskq.spool.layout import Spool
-from taskq.spool.task import TaskBody, new_id
+from taskq.spool.task import TaskBody, check_id, new_id
 from taskq.times.timespec import SECOND, format_iso
 from taskq.times.when import parse_when
 
@@ -41,7 +42,11 @@ SCHEDULE = "schedule.json"
 STATE = "state.json"
 MAX_FILE = 4 << 20
 CATCHUP = re.compile(r"(skip|latest|all)(?::([1-9]\d{0,5}))?")
-OVERLAP = ("skip", "queue", "allow")
+OVERLAP = ("skip", "queue", "allow", "replace")
+MAX_RULES = 64  # cron expressions, exclusions or dates in one schedule
+MAX_FAILURES = 1000
+MAX_LIVE = 10_000  # occurrences let run whose end is awaited (overlap allow, backfills)
+SKIP_REASONS = ("catchup", "overlap", "paused", "skip", "replaced")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -83,9 +88,33 @@ class Schedule:
     created: int
     since: int  # slots before this are never run (creation, or the last resume)
     paused: bool = False
+    also: tuple[str, ...] = ()  # more --cron expressions: the slots are the union
+    except_cron: tuple[str, ...] = ()  # slots these name too are not run
+    except_dates: tuple[str, ...] = ()  # nor slots on these local dates
+    every_after: bool = False  # spec.every counts from the end of the previous run
+    pause_after: int | None = None  # pause after this many failed occurrences in a row
+    skip_before: int | None = None  # `schedule skip`: slots before this are skipped
 
-    def request(self, slot: int, run_at: int) -> Request:
-        """The request of the occurrence at slot (the one body builder is request.py's)."""
+    @property
+    def when(self) -> Rules:
+        """The slots: the union of the expressions, less the exclusions."""
+        specs = (self.spec, *(replace(self.spec, cron=c) for c in self.also))
+        tz = self.spec.tz
+        excluded = tuple(Spec(cron=c, every=None, tz=tz, anchor=0) for c in self.except_cron)
+        return Rules(specs, excluded, frozenset(self.except_dates))
+
+    @property
+    def crons(self) -> list[str]:
+        return [] if self.spec.cron is None else [self.spec.cron, *self.also]
+
+    def request(
+        self, slot: int, run_at: int, key: str | None = None, after: list[str] | None = None
+    ) -> Request:
+        """The request of the occurrence at slot (the one body builder is request.py's).
+
+        key: another key than the slot's (a manual run's); after: tasks it
+        starts after, whatever their end (a manual run that queues).
+        """
         t = self.task
         env = {**t.env, "TASKQ_SCHEDULE": self.name, "TASKQ_SCHEDULED_AT": format_iso(slot)}
         return Request(
@@ -93,7 +122,9 @@ class Schedule:
             cwd=t.cwd,
             env=env,
             queue=t.queue,
-            key=occurrence_key(self.name, slot),
+            key=key or occurrence_key(self.name, slot),
+            after=after or [],
+            after_any=bool(after),
             max_attempts=t.max_attempts,
             timeout=t.timeout,
             expires=t.expires,
@@ -105,11 +136,16 @@ class Schedule:
         task = json.loads(self.task.to_json())
         for unused in ("version", "id", "key", "run_at", "submitted_at"):
             del task[unused]
+        every = None if s.every is None else s.every / SECOND
+        crons = self.crons
         doc = {
             "version": VERSION,
             "name": self.name,
-            "cron": s.cron,
-            "every": None if s.every is None else s.every / SECOND,
+            "cron": crons[0] if len(crons) == 1 else (crons or None),
+            "every": None if self.every_after else every,
+            "every_after": every if self.every_after else None,
+            "except_cron": list(self.except_cron),
+            "except": list(self.except_dates),
             "tz": s.tz,
             "anchor": format_iso(s.anchor),
             "start": None if s.start is None else format_iso(s.start),
@@ -118,6 +154,8 @@ class Schedule:
             "overlap": self.overlap,
             "jitter": self.jitter / SECOND,
             "paused": self.paused,
+            "skip_before": None if self.skip_before is None else format_iso(self.skip_before),
+            "pause_after_failures": self.pause_after,
             "created": format_iso(self.created),
             "since": format_iso(self.since),
             "task": task,
@@ -136,18 +174,17 @@ class Schedule:
 
 
 def _from_doc(doc: dict[str, Any]) -> Schedule:
-    from taskq.schedules.slots import check_cron, check_zone
+    from taskq.schedules.slots import check_zone
 
     if doc.get("version") != VERSION:
         raise CorruptFile(f"bad schedule: unknown version {doc.get('version')!r}")
-    cron, every = doc.get("cron"), doc.get("every")
-    if (cron is None) == (every is None):
-        raise CorruptFile("bad schedule: give one of cron and every")
-    if every is not None and (not isinstance(every, int | float) or every <= 0):
-        raise CorruptFile("bad schedule: every must be a positive number of seconds")
+    crons = _crons(doc.get("cron"), "cron")
+    every, after = _seconds(doc, "every"), _seconds(doc, "every_after")
+    if sum((bool(crons), every is not None, after is not None)) != 1:
+        raise CorruptFile("bad schedule: give one of cron, every and every_after")
     spec = Spec(
-        cron=None if cron is None else check_cron(str(cron)),
-        every=None if every is None else round(every * SECOND),
+        cron=crons[0] if crons else None,
+        every=every if every is not None else after,
         tz=check_zone(str(doc["tz"])),
         anchor=parse_when(str(doc["anchor"]), 0),
         start=_opt_when(doc, "start"),
@@ -173,7 +210,47 @@ def _from_doc(doc: dict[str, Any]) -> Schedule:
         created=parse_when(str(doc["created"]), 0),
         since=parse_when(str(doc["since"]), 0),
         paused=bool(doc.get("paused", False)),
+        also=tuple(crons[1:]),
+        except_cron=tuple(_crons(doc.get("except_cron"), "except_cron")),
+        except_dates=tuple(check_date(str(d)) for d in _list(doc.get("except"), "except")),
+        every_after=after is not None,
+        pause_after=_count(doc.get("pause_after_failures")),
+        skip_before=_opt_when(doc, "skip_before"),
     )
+
+
+def _crons(value: Any, field: str) -> list[str]:
+    """A cron field: one expression, a list of them, or none."""
+    from taskq.schedules.slots import check_cron
+
+    items = [value] if isinstance(value, str) else _list(value, field)
+    return [check_cron(str(e)) for e in items]
+
+
+def _list(value: Any, name: str, most: int = 0) -> list[Any]:
+    most = most or MAX_RULES
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > most:
+        raise CorruptFile(f"bad schedule: {name} must be a list of at most {most}")
+    return value
+
+
+def _seconds(doc: dict[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e12:
+        raise CorruptFile(f"bad schedule: {key} must be a positive number of seconds")
+    return round(value * SECOND)
+
+
+def _count(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_FAILURES:
+        raise CorruptFile(f"bad schedule: pause_after_failures must be 1 to {MAX_FAILURES}")
+    return value
 
 
 def _opt_when(doc: dict[str, Any], key: str) -> int | None:
@@ -186,6 +263,16 @@ def occurrence_key(name: str, slot: int) -> str:
     return f"{name}@{format_iso(slot)}"
 
 
+def manual_key(name: str, slot: int) -> str:
+    """The key of a manual run (`schedule run`): NAME@manual@INSTANT, never a slot's."""
+    return f"{name}@manual@{format_iso(slot)}"
+
+
+def backfill_key(name: str, slot: int) -> str:
+    """The key of a backfill of a slot whose own occurrence was skipped: NAME@SLOT+backfill."""
+    return f"{occurrence_key(name, slot)}+backfill"
+
+
 @dataclass
 class State:
     """state.json: the cursor of materialisation (see the module docstring).
@@ -196,6 +283,14 @@ class State:
     a queued occurrence (its pending name, far in the future) and
     held_behind the occurrence it waits for; checked says the overlap (or
     pause) check of the cursor slot is done.
+
+    live holds the ids of occurrences let run whose end has not been seen
+    (manual and backfilled ones too): overlap looks at them, and their
+    ends feed failures (failed occurrences in a row), last_end (where
+    --every-after counts from), last_success and auto_paused (the `since`
+    of the schedule when --pause-after-failures paused it: a resume
+    changes `since`, which lifts it). missed and skipped count slots for
+    the metrics: missed while every daemon was down, skipped by reason.
     """
 
     cursor: int
@@ -204,6 +299,13 @@ class State:
     prev_task: str | None = None
     held: str | None = None
     held_behind: str | None = None
+    live: list[str] = field(default_factory=list)
+    failures: int = 0
+    last_end: int | None = None
+    last_success: int | None = None
+    auto_paused: int | None = None
+    missed: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         doc = {
@@ -213,6 +315,13 @@ class State:
             "prev_task": self.prev_task,
             "held": self.held,
             "held_behind": self.held_behind,
+            "live": self.live,
+            "failures": self.failures,
+            "last_end": _iso_or_none(self.last_end),
+            "last_success": _iso_or_none(self.last_success),
+            "auto_paused": _iso_or_none(self.auto_paused),
+            "missed": self.missed,
+            "skipped": self.skipped,
         }
         return (json.dumps(doc, indent=1) + "\n").encode()
 
@@ -227,9 +336,37 @@ class State:
                 prev_task=_opt(doc, "prev_task"),
                 held=_opt(doc, "held"),
                 held_behind=_opt(doc, "held_behind"),
+                live=[check_id(str(t)) for t in _list(doc.get("live"), "live", MAX_LIVE)],
+                failures=_natural(doc.get("failures", 0)),
+                last_end=_opt_when(doc, "last_end"),
+                last_success=_opt_when(doc, "last_success"),
+                auto_paused=_opt_when(doc, "auto_paused"),
+                missed=_natural(doc.get("missed", 0)),
+                skipped=_tally(doc.get("skipped")),
             )
-        except (ValueError, TypeError, KeyError, BadInput) as e:
+        except (ValueError, TypeError, KeyError, BadInput, CorruptFile) as e:
             raise CorruptFile(f"bad schedule state: {e}") from None
+
+    def count_skipped(self, why: str, n: int = 1) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + n
+
+
+def _iso_or_none(us: int | None) -> str | None:
+    return None if us is None else format_iso(us)
+
+
+def _natural(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 62:
+        raise ValueError(f"{value!r} is no count")
+    return value
+
+
+def _tally(value: Any) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not set(value) <= set(SKIP_REASONS):
+        raise ValueError(f"skipped must map {', '.join(SKIP_REASONS)} to counts")
+    return {str(k): _natural(v) for k, v in value.items()}
 
 
 def _opt(doc: dict[str, Any], key: str) -> str | None:
@@ -289,8 +426,20 @@ class Store:
         except (OSError, CorruptFile):
             return State(cursor=since - 1)
 
-    def save_state(self, name: str, state: State) -> None:
+    def save_state(self, name: str, state: State, base: State | None = None) -> None:
+        """Write the state; with base (what this pass read), keep live ids added since."""
+        if base is not None:
+            now_on_disk = self.state(name, state.cursor + 1)
+            known = set(base.live) | set(state.live)
+            state.live.extend(t for t in now_on_disk.live if t not in known)
         _replace_file(self._state(name), state.to_json())
+
+    def add_live(self, name: str, since: int, task_id: str) -> None:
+        """Add an occurrence made by hand to the state's live ids (for overlap and failures)."""
+        state = self.state(name, since)
+        if task_id not in state.live and len(state.live) < MAX_LIVE:
+            state.live.append(task_id)
+            self.save_state(name, state)
 
     def reset_state(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -317,8 +466,18 @@ class Store:
         shutil.rmtree(gone, ignore_errors=True)
 
     def with_paused(self, name: str, paused: bool, now: int) -> Schedule:
+        """Pause, or resume from now on: a resume also ends a skip and a pause by failures."""
         sched = self.read(name)
-        changed = replace(sched, paused=paused, since=sched.since if paused else now)
+        if paused:
+            changed = replace(sched, paused=True)
+        else:
+            changed = replace(sched, paused=False, since=now, skip_before=None)
+        self.write(changed)
+        return changed
+
+    def with_skip(self, name: str, before: int) -> Schedule:
+        """Skip the slots before `before` (`schedule skip`)."""
+        changed = replace(self.read(name), skip_before=before)
         self.write(changed)
         return changed
 

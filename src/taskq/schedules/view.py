@@ -9,11 +9,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from taskq.schedules import following
+from taskq.schedules.ends import auto_paused, health
+from taskq.schedules.materialise import skipped_by_operator
 from taskq.schedules.slots import local_text
-from taskq.schedules.store import Store
+from taskq.schedules.store import Schedule, State, Store
 from taskq.spool import deps
 from taskq.spool.task import valid_id
-from taskq.times.timespec import format_iso
+from taskq.times.timespec import format_duration, format_iso
+
+MAX_SKIP = 10_000  # `schedule skip -n` at most
 
 RECENT = 20  # occurrences shown
 
@@ -21,12 +26,66 @@ RECENT = 20  # occurrences shown
 def detail(store: Store, name: str, now: int) -> dict[str, Any]:
     """The schedule as a JSON-ready document."""
     sched = store.read(name)
+    state = store.state(name, sched.since)
     doc: dict[str, Any] = json.loads(sched.to_json())
-    nxt = None if sched.paused else sched.spec.after(max(now, sched.since - 1))
+    nxt = next_slot(sched, state, now)
+    doc["state"] = status(sched, state, nxt)
+    doc["when"] = when_text(sched)
     doc["next"] = None if nxt is None else format_iso(nxt)
     doc["next_local"] = None if nxt is None else local_text(nxt, sched.spec.tz)
+    doc["health"] = health(sched, state)
     doc["occurrences"] = _occurrences(store, name)
     return doc
+
+
+def status(sched: Schedule, state: State, nxt: int | None) -> str:
+    """active, paused, paused (failures), skipping (until the next slot) or ended."""
+    if sched.paused:
+        return "paused"
+    if auto_paused(sched, state):
+        return "paused (failures)"
+    if nxt is None:
+        return "ended"
+    return "active"
+
+
+def next_slot(sched: Schedule, state: State, now: int) -> int | None:
+    """The next slot that will run (past those `schedule skip` covers); None if none."""
+    found = upcoming(sched, state, now, 1, skipped=False)
+    return found[0][0] if found else None
+
+
+def upcoming(
+    sched: Schedule, state: State, now: int, n: int, skipped: bool = True
+) -> list[tuple[int, bool]]:
+    """The next n slots and whether each is skipped (`schedule skip`); none while paused."""
+    if sched.paused or auto_paused(sched, state):
+        return []
+    if sched.every_after:
+        slots = following.upcoming(sched, state, now, n + _skips(sched, now))
+    else:
+        slots = sched.when.upcoming(max(now, sched.since - 1), n + _skips(sched, now))
+    out = [(s, skipped_by_operator(sched, s)) for s in slots]
+    return [e for e in out if skipped or not e[1]][:n]
+
+
+def _skips(sched: Schedule, now: int) -> int:
+    """How many slots to look past for those skipped (bounded: -n is at most MAX_SKIP)."""
+    return 0 if sched.skip_before is None or sched.skip_before <= now else MAX_SKIP
+
+
+def when_text(sched: Schedule) -> str:
+    """How the schedule's slots are given, in one line."""
+    if sched.crons:
+        text = " | ".join(sched.crons)
+    else:
+        every = format_duration(sched.spec.every or 0)
+        text = f"{'every-after' if sched.every_after else 'every'} {every}"
+    if sched.except_cron:
+        text += " except " + " | ".join(sched.except_cron)
+    if sched.except_dates:
+        text += " except on " + ", ".join(sched.except_dates)
+    return text
 
 
 def _occurrences(store: Store, name: str) -> list[dict[str, Any]]:
@@ -48,6 +107,10 @@ def _occurrences(store: Store, name: str) -> list[dict[str, Any]]:
                 entry["after"] = record.get("after")
         elif event == "queued":
             entry.setdefault("note", "queued behind the previous run")
+        elif event == "replacing":
+            entry.setdefault("note", "stopped the previous run")
+        elif event in ("manual", "backfilled"):
+            entry["kind"] = event
     recent = sorted(by_slot.values(), key=lambda e: str(e["slot"]))[-RECENT:]
     states = _task_states(store, {str(e["task"]) for e in recent if "task" in e})
     for entry in recent:
@@ -62,14 +125,18 @@ def _task_states(store: Store, ids: set[str]) -> dict[str, str]:
 
 def describe(doc: dict[str, Any]) -> str:
     """The document as text for people."""
-    when = doc["cron"] if doc["cron"] else f"every {doc['every']}s"
+    h = doc["health"]
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(h["skipped"].items())) or "none"
     lines = [
         f"name:      {doc['name']}",
-        f"when:      {when} ({doc['tz']})",
+        f"when:      {doc['when']} ({doc['tz']})",
         f"catchup:   {doc['catchup']}    overlap: {doc['overlap']}    jitter: {doc['jitter']}s",
         f"command:   {' '.join(doc['task']['argv'])}",
-        f"state:     {'paused' if doc['paused'] else 'active'}",
+        f"state:     {doc['state']}"
+        + (f" (skipping slots before {doc['skip_before']})" if doc["skip_before"] else ""),
         f"next:      {doc['next'] or 'none'}" + (f"  ({doc['next_local']})" if doc["next"] else ""),
+        f"health:    last success {h['last_success'] or 'never'}; "
+        f"{h['failures_in_a_row']} failed in a row; missed {h['missed']}; skipped {skipped}",
         "occurrences:",
     ]
     for e in doc["occurrences"]:

@@ -189,7 +189,12 @@ def publish_waiting(spool: Spool, tmp: str, name: TaskName, after: list[str], no
             raise NotFound(f"--after: task {dep} is gone (removed by retention?)")
         if state in END_STATES:
             mark_ended(spool, dep, state)
-    fsutil.rename_cas(tmp, os.path.join(spool.waiting, str(name)))
+    try:
+        fsutil.rename_cas(tmp, os.path.join(spool.waiting, str(name)))
+    except FileNotFoundError:
+        if os.path.exists(tmp):
+            raise
+        return  # a racing publisher of this body (a key's adopter) placed it: it resolves it
     byid.point_name(spool, name)  # a lookup's hint
     fsutil.fsync_dir(spool.waiting)
     if any(marker(spool, dep) is not None for dep in after):
@@ -203,6 +208,8 @@ def _link(spool: Spool, dep: str, name: TaskName) -> None:
         try:
             fsutil.write_new(os.path.join(directory, str(name)), b"", sync=False)
             break
+        except FileExistsError:
+            break  # linked by a racing publisher of the same body (a key's adopter)
         except FileNotFoundError:
             continue  # a resolver removed the emptied directory meanwhile
     else:
