@@ -17,6 +17,7 @@ import click
 from taskq.cli.common import init_spool, spool_of
 from taskq.cli.params import DIRECTORY, DURATION, ENV_VAR, FILE, POSITIVE_DURATION, PlainHelp
 from taskq.client import environment, limits, request
+from taskq.client.rekey import KeyPolicy
 from taskq.client.submit import submit as submit_one
 from taskq.client.submit import submit_batch
 from taskq.errors import BadInput
@@ -53,6 +54,19 @@ from taskq.times.timespec import format_iso
 )
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Queue name.")
 @click.option("--key", help="Idempotency key: a second submit with it creates nothing.")
+@click.option(
+    "--key-for",
+    type=POSITIVE_DURATION,
+    metavar="DURATION",
+    help="The --key holds for DURATION from this submission, then is free.",
+)
+@click.option(
+    "--on-key",
+    type=click.Choice(["keep", "replace"]),
+    default="keep",
+    show_default=True,
+    help="A --key held by a pending task: keep it, or replace that task with this one.",
+)
 @click.option(
     "--max-attempts",
     type=click.IntRange(1, request.MAX_ATTEMPTS),
@@ -144,7 +158,10 @@ def submit_command(ctx: click.Context, /, **opts: Any) -> None:
     else:
         bodies = _read_batch(opts, now)
     spool = spool_of(ctx)
+    policy = _key_policy(opts)
     init_spool(spool)
+    if policy is not None and spool.member():
+        raise BadInput("--key-for and --on-key replace: not for a member of a shared spool")
     if opts["after"]:
         from taskq.spool import deps
 
@@ -160,15 +177,31 @@ def submit_command(ctx: click.Context, /, **opts: Any) -> None:
 
         results = member.submit(spool, bodies)
     elif opts["batch"] is None:
-        results = [submit_one(spool, bodies[0])]
+        results = [submit_one(spool, bodies[0], policy=policy)]
     else:
         results = submit_batch(spool, bodies)
+    replaced = None if policy is None else policy.replaced
+    if replaced is not None:
+        click.echo(f"taskq: replaced pending task {replaced}", err=True)
     if opts["as_json"]:
-        docs = ({"id": n.id, "created": c, "run_at": format_iso(n.run_at)} for n, c in results)
+        docs = (
+            {"id": n.id, "created": c, "run_at": format_iso(n.run_at)}
+            | ({} if policy is None else {"replaced": replaced})
+            for n, c in results
+        )
         lines = [json.dumps(doc) for doc in docs]
     else:
         lines = [name.id for name, _ in results]
     click.echo("\n".join(lines))  # one write for a batch's ids, not one per line
+
+
+def _key_policy(opts: dict[str, Any]) -> KeyPolicy | None:
+    """--key-for and --on-key, which need a --key; None when neither is given."""
+    if opts["key_for"] is None and opts["on_key"] == "keep":
+        return None
+    if opts["key"] is None:
+        raise BadInput("--key-for and --on-key need --key")
+    return KeyPolicy(window=opts["key_for"], replace=opts["on_key"] == "replace")
 
 
 def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:
@@ -178,6 +211,8 @@ def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:
         raise BadInput("give COMMAND or --batch, not both")
     given = (
         ("--key", opts["key"]),
+        ("--key-for", opts["key_for"]),
+        ("--on-key", None if opts["on_key"] == "keep" else opts["on_key"]),
         ("--stdin", opts["use_stdin"] or None),
         ("--after", opts["after"] or None),
     )

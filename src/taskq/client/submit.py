@@ -13,10 +13,11 @@ import contextlib
 import errno
 import os
 
+from taskq.client.rekey import KeyPolicy
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import byid, fsutil
 from taskq.spool.faults import crash_point
-from taskq.spool.keys import key_path, legacy_key_path, read_key
+from taskq.spool.keys import binding, key_path, legacy_key_path, read_binding, read_key, take_over
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, TaskName
 
@@ -25,14 +26,19 @@ _PUBLISH_TRIES = (
 )
 
 
-def submit(spool: Spool, body: TaskBody, group: int | None = None) -> tuple[TaskName, bool]:
+def submit(
+    spool: Spool, body: TaskBody, group: int | None = None, policy: KeyPolicy | None = None
+) -> tuple[TaskName, bool]:
     """Make the task durable; return its name and whether it was created.
 
-    On a key hit nothing is created and the name is the first task's (as it
-    was submitted). On failure nothing is left behind, unless a daemon had
-    already claimed the published task: then it exists, and so does its key.
-    A group given makes the task file readable by that group (a root
-    daemon filing a member's task for the member alone to read: pickup.py).
+    On a key hit nothing is created and the name is the holder's (as it
+    was submitted), unless policy (--key-for, --on-key replace: rekey.py)
+    lets this task take the key over; policy.replaced then names the
+    pending task it replaced. On failure nothing is left behind, unless a
+    daemon had already claimed the published task: then it exists, and so
+    does its key. A group given makes the task file readable by that group
+    (a root daemon filing a member's task for the member alone to read:
+    pickup.py).
     """
     name = TaskName(body.run_at, body.id, 1, body.queue)
     tmp = os.path.join(spool.tmp, f"{body.id}.task")
@@ -41,7 +47,9 @@ def submit(spool: Spool, body: TaskBody, group: int | None = None) -> tuple[Task
         fsutil.write_new(tmp, body.to_json(), 0o600 if group is None else 0o640, group=group)
         crash_point("submit.written")
         if body.key is not None:
-            existing = _bind_key(spool, body.key, name, uid=_keyholder(body))
+            existing = _bind_key(
+                spool, body.key, name, uid=_keyholder(body), policy=policy, now=body.submitted_at
+            )
             if existing is not None:
                 os.unlink(tmp)
                 return existing, False
@@ -233,14 +241,22 @@ def _keyholder(body: TaskBody) -> int:
 
 
 def _bind_key(
-    spool: Spool, key: str, name: TaskName, sync: bool = True, uid: int | None = None
+    spool: Spool,
+    key: str,
+    name: TaskName,
+    sync: bool = True,
+    uid: int | None = None,
+    policy: KeyPolicy | None = None,
+    now: int = 0,
 ) -> TaskName | None:
-    """Bind uid's key (by default ours) to this task; return the task already bound to it.
+    """Bind uid's key (by default ours) to this task; return the task that holds it instead.
 
     With sync=False the caller syncs the staging file before and the key
     directory after (group commit). A key bound for another user (a
     member, by the root daemon filing the member's drop file) is readable,
-    so that the member's submit finds it without asking a daemon.
+    so that the member's submit finds it without asking a daemon. With a
+    policy, a holder whose window has passed, or (--on-key replace) a
+    pending or cancelled one, gives the key up to this task.
     """
     me = os.geteuid()
     uid = me if uid is None else uid
@@ -249,16 +265,34 @@ def _bind_key(
             return _adopt_key(spool, legacy_key_path(spool, key), uid)
     path = key_path(spool, key, uid)
     staging = os.path.join(spool.keys, f".{name.id}.tmp")
-    fsutil.write_new(staging, f"{name}\n".encode(), 0o600 if uid == me else 0o644, sync=sync)
+    until = None if policy is None else policy.until(now)
+    fsutil.write_new(staging, binding(name, until), 0o600 if uid == me else 0o644, sync=sync)
     try:
         os.link(staging, path)
     except FileExistsError:
-        return _adopt_key(spool, path, uid)
+        holder = _adopt_key(spool, path, uid)
+        if policy is None:
+            return holder
+        if not _taken(spool, path, uid, staging, policy, name, now):
+            return _adopt_key(spool, path, uid)  # the holder, or whoever won the race for it
     finally:
         os.unlink(staging)
     if sync:
         fsutil.fsync_dir(spool.keys)
     return None
+
+
+def _taken(
+    spool: Spool, path: str, uid: int, staging: str, policy: KeyPolicy, name: TaskName, now: int
+) -> bool:
+    """Whether this task took the key over from its holder (see rekey.py)."""
+    try:
+        holder, until, seen = read_binding(path, uid)
+    except (OSError, ValueError, CorruptFile):
+        return False
+    if not policy.decide(spool, holder, until, name, now):
+        return False
+    return take_over(spool, path, seen, staging)
 
 
 def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
@@ -269,7 +303,7 @@ def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
     """
     try:
         first = read_key(path, uid)
-    except CorruptFile as e:
+    except (CorruptFile, ValueError) as e:  # a squat, or a file that names no task
         rel = os.path.relpath(path, spool.root)
         raise OSError(errno.EAGAIN, f"key file {rel} {e}; a daemon removes it, try again") from None
     tmp = os.path.join(spool.tmp, f"{first.id}.task")

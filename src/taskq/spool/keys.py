@@ -1,9 +1,15 @@
-"""Idempotency keys: keys/<uid>-<hash>, each naming the first task submitted with it.
+"""Idempotency keys: keys/<uid>-<hash>, each naming the task that holds the key.
 
 A key file is created by link() (which refuses an existing name) and holds
-one task name; it is its user's, or root's (a daemon binds a member's key
-when it files the member's drop file). This module owns where a user's key lives, reading one
-(refusing what is no small regular file of that user), and finding the key
+one task name, then, for a key submitted with --key-for, a second line
+`until ISO-INSTANT`: the end of its window, after which the key is free
+for the next submission. It is its user's, or root's (a daemon binds a
+member's key when it files the member's drop file). A binding is taken
+over (an expired window, or --on-key replace) by `take_over`: the old file
+is renamed aside, checked to be the one read, and the new one linked in
+its place, so that of two submitters racing for one key one wins. This
+module owns where a user's key lives, reading one (refusing what is no
+small regular file of that user), taking one over, and finding the key
 file that binds a task; binding a new key is submit's (client/submit.py),
 removing squats and abandoned ones is retention's.
 """
@@ -12,10 +18,11 @@ from __future__ import annotations
 
 import os
 
-from taskq.errors import CorruptFile
+from taskq.errors import CorruptFile, TaskqError
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskName
+from taskq.times.timespec import format_iso, parse_iso_utc
 
 KEY_LIMIT = 512  # a key file holds one task name
 
@@ -58,10 +65,56 @@ def read_key(path: str, uid: int | None = None) -> TaskName:
     (a FIFO would block an open() for good), or is not owned by `uid`;
     ValueError if it names no task.
     """
+    return read_binding(path, uid)[0]
+
+
+def read_binding(path: str, uid: int | None = None) -> tuple[TaskName, int | None, bytes]:
+    """The task a key file names, the end of its window (None: for ever) and its bytes."""
     data, st = fsutil.read_small(path, KEY_LIMIT)
     if uid is not None and not rightful(st.st_uid, uid):
         raise ForeignKey(f"owned by uid {st.st_uid}, not by uid {uid} whose key it is")
-    return TaskName.parse(data.decode().strip())
+    lines = data.decode(errors="replace").split("\n")
+    until = None
+    if len(lines) > 1 and lines[1].startswith("until "):
+        try:
+            until = parse_iso_utc(lines[1].removeprefix("until ").strip())
+        except (TaskqError, ValueError):
+            until = None
+        if until is None:  # as binding() writes it, or no key file
+            raise ValueError(f"bad window end {lines[1][:40]!r}")
+    return TaskName.parse(lines[0].strip()), until, data
+
+
+def binding(name: TaskName, until: int | None) -> bytes:
+    """A key file's bytes: the task's name, and the end of its window if it has one."""
+    return f"{name}\n".encode() + (
+        b"" if until is None else f"until {format_iso(until)}\n".encode()
+    )
+
+
+def take_over(spool: Spool, path: str, seen: bytes, staging: str) -> bool:
+    """Replace the key file that held `seen` with staging's; False if it changed meanwhile.
+
+    The old file is renamed aside first, so only one of racing takers moves
+    it; one that moved a newer binding puts it back and loses.
+    """
+    aside = os.path.join(spool.keys, f".{os.path.basename(staging).strip('.')}.old")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    try:
+        mine = fsutil.read_small(aside, KEY_LIMIT)[0] == seen
+    except (OSError, CorruptFile):
+        mine = False
+    try:
+        os.link(aside if not mine else staging, path)
+    except FileExistsError:
+        mine = False  # bound by a plain submitter while the name was free: it holds it
+    finally:
+        os.unlink(aside)
+    fsutil.fsync_dir(spool.keys)
+    return mine
 
 
 def rightful(owner: int, uid: int) -> bool:
