@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from conftest import TASKQ, Daemon, Taskq, kill_all, until, wait_for
 from test_schedule import epoch, history, runs, show, slot_cmd
 
@@ -268,3 +269,22 @@ def test_pause_after_failures_pauses_tells_and_counts(
 def _line(text: str, name: str) -> str:
     found = [x for x in text.splitlines() if x.startswith(f"taskq_schedule_{name}{{")]
     return found[0] if found else ""
+
+
+@pytest.mark.slow
+def test_several_crons_fire_each_shared_minute_once(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    stamps = tmp_path / "stamps"
+    tq.run("schedule", "add", "u", "--cron", "* * * * *", "--cron", "*/1 * * * *",
+           "--cron", "*/2 * * * *", "--tz", "UTC", "--overlap", "allow",
+           "--", *slot_cmd(stamps))  # fmt: skip
+    first = json.loads(tq.run("schedule", "next", "u", "-n", "2", "--json").stdout)
+    wanted = [epoch(d["slot"]) for d in first]
+    daemons = three(start_daemon)
+    wait_for(lambda: runs(stamps), 90, "the first minute's run")
+    kill_one(tq, daemons, start_daemon)
+    wait_for(lambda: {r[0] for r in runs(stamps)} >= set(wanted), 150, "two minutes' runs")
+    kill_all(daemons)
+    recorded = once_never_early(stamps)
+    assert [r[0] for r in recorded if r[0] <= wanted[-1]] == wanted  # each minute once
