@@ -35,7 +35,14 @@ from taskq.schedules.store import (
 from taskq.schedules.view import describe, detail
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool
-from taskq.spool.task import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_STDIN, TaskName, check_queue
+from taskq.spool.task import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    MAX_PRIORITY,
+    MAX_STDIN,
+    TaskName,
+    check_queue,
+)
 from taskq.times import zones
 from taskq.times.clock import wall_us
 from taskq.times.timespec import format_duration, format_iso
@@ -126,6 +133,14 @@ def schedule() -> None:
 @click.option("--replace", is_flag=True, help="Replace a schedule of that name.")
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Queue of each occurrence.")
 @click.option(
+    "--priority",
+    type=click.IntRange(-MAX_PRIORITY, MAX_PRIORITY),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Each occurrence's --priority in its queue (-1000 to 1000).",
+)
+@click.option(
     "--max-attempts",
     type=click.IntRange(1, request.MAX_ATTEMPTS),
     default=DEFAULT_MAX_ATTEMPTS,
@@ -201,6 +216,7 @@ def _build(opts: dict[str, Any], now: int) -> Schedule:
         timeout=opts["timeout"],
         expires=opts["expires"],
         stdin=_stdin() if opts["use_stdin"] else None,
+        priority=opts["priority"],
     ).body(opts["command"], now)
     return Schedule(
         name=opts["name"],

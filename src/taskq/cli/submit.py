@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from taskq.cli.common import init_spool, spool_of
 from taskq.cli.params import DIRECTORY, DURATION, ENV_VAR, FILE, POSITIVE_DURATION, PlainHelp
 from taskq.client import environment, limits, request
-from taskq.client.rekey import KeyPolicy
 from taskq.client.submit import submit as submit_one
 from taskq.client.submit import submit_batch
 from taskq.errors import BadInput
@@ -27,6 +26,7 @@ from taskq.spool.task import (
     DEFAULT_QUEUE,
     MAIL_MODES,
     MAX_AFTER,
+    MAX_PRIORITY,
     MAX_STDIN,
     TaskBody,
     check_id,
@@ -35,6 +35,9 @@ from taskq.spool.task import (
 )
 from taskq.times.clock import wall_us
 from taskq.times.timespec import format_iso
+
+if TYPE_CHECKING:
+    from taskq.client.rekey import KeyPolicy
 
 
 @click.command(cls=PlainHelp, name="submit", context_settings={"ignore_unknown_options": False})
@@ -54,6 +57,14 @@ from taskq.times.timespec import format_iso
 )
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Queue name.")
 @click.option("--key", help="Idempotency key: a second submit with it creates nothing.")
+@click.option(
+    "--priority",
+    type=click.IntRange(-MAX_PRIORITY, MAX_PRIORITY),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Higher first among the due tasks of its queue (-1000 to 1000).",
+)
 @click.option(
     "--key-for",
     type=POSITIVE_DURATION,
@@ -201,6 +212,8 @@ def _key_policy(opts: dict[str, Any]) -> KeyPolicy | None:
         return None
     if opts["key"] is None:
         raise BadInput("--key-for and --on-key need --key")
+    from taskq.client.rekey import KeyPolicy  # not on the plain submit's start-up path
+
     return KeyPolicy(window=opts["key_for"], replace=opts["on_key"] == "replace")
 
 
@@ -250,6 +263,7 @@ def _request(opts: dict[str, Any], now: int) -> request.Request:
         after_any=not opts["after_ok"],
         mail=opts["mail"],
         mutex=None if opts["mutex"] is None else check_mutex(opts["mutex"]),
+        priority=opts["priority"],
     )
 
 

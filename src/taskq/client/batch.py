@@ -22,7 +22,7 @@ from typing import Any
 from taskq.client import request
 from taskq.client.request import Request
 from taskq.errors import BadInput
-from taskq.spool.task import TaskBody, check_mutex, check_queue
+from taskq.spool.task import MAX_PRIORITY, TaskBody, check_mutex, check_queue
 from taskq.times.timespec import MAX_DURATION, SECOND, parse_duration
 
 FIELDS = frozenset(
@@ -40,6 +40,7 @@ FIELDS = frozenset(
         "payload_base64",
         "cwd",
         "mutex",
+        "priority",
     }
 )
 
@@ -95,6 +96,8 @@ def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
         fields["mutex"] = check_mutex(_string("mutex", doc["mutex"]))
     if "max_attempts" in doc:
         fields["max_attempts"] = _attempts(doc["max_attempts"])
+    if "priority" in doc:
+        fields["priority"] = _priority(doc["priority"])
     if "env" in doc:
         fields["env"] = request.check_size({**defaults.env, **_env(doc["env"])})
     if "cwd" in doc:
@@ -102,6 +105,12 @@ def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
     if "payload" in doc or "payload_base64" in doc:
         fields["stdin"] = request.payload("payload", _payload(doc))
     return fields
+
+
+def _priority(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_PRIORITY:
+        raise BadInput(f"priority must be an integer, -{MAX_PRIORITY} to {MAX_PRIORITY}")
+    return value
 
 
 def _string(name: str, value: Any) -> str:

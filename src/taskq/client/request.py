@@ -64,6 +64,7 @@ class Request:
     after_any: bool = False
     mail: str | None = None
     mutex: str | None = None
+    priority: int = 0
 
     def body(
         self, argv: Sequence[str], now: int, changes: Mapping[str, Any] | None = None

@@ -12,14 +12,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from typing import TYPE_CHECKING
 
-from taskq.client.rekey import KeyPolicy
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import byid, fsutil
 from taskq.spool.faults import crash_point
 from taskq.spool.keys import binding, key_path, legacy_key_path, read_binding, read_key, take_over
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, TaskName
+
+if TYPE_CHECKING:
+    from taskq.client.rekey import KeyPolicy  # only with --key-for or --on-key
 
 _PUBLISH_TRIES = (
     1000  # a daemon removes a bucket at most once a rescan; 1000 losses in a row is no race
@@ -44,6 +47,8 @@ def submit(
     tmp = os.path.join(spool.tmp, f"{body.id}.task")
     bound = None
     try:
+        if body.priority:
+            spool.mark_ranked()
         fsutil.write_new(tmp, body.to_json(), 0o600 if group is None else 0o640, group=group)
         crash_point("submit.written")
         if body.key is not None:
@@ -163,6 +168,8 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
     tmps = {i: f"{spool.tmp}/{bodies[i].id}.task" for i in todo}
     bound: dict[int, str] = {}
     try:
+        if any(b.priority for b in bodies):
+            spool.mark_ranked()
         _write_bodies(spool, [(tmps[i], bodies[i], names[i]) for i in todo])
         fsutil.syncfs(spool.root)
         crash_point("submit.written")

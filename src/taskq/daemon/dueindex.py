@@ -7,9 +7,13 @@ loses its claim with ENOENT. Due tasks are handed out round-robin across
 queues, so one queue's burst cannot starve another, and within a queue in
 the claim order (claimorder.py): this daemon's own tasks oldest first, the
 other daemons' once they have had their chance, so that daemons sharing a
-spool reach for different files. Names that cannot be tasks are handed back for quarantine; empty
-past buckets are removed on the way (safely: rmdir fails on a bucket that
-is not empty, and submitters recreate a vanished bucket).
+spool reach for different files. Once the spool says some task has a
+--priority (its `priorities` file), what the claim order lets a queue try
+now is ranked, highest priority first (ranking.py): a priority never makes
+a task start early nor jump another queue's turn. Names that cannot be
+tasks are handed back for quarantine; empty past buckets are removed on
+the way (safely: rmdir fails on a bucket that is not empty, and submitters
+recreate a vanished bucket).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import stat
 from collections.abc import Callable
 
 from taskq.daemon.claimorder import ClaimOrder
+from taskq.daemon.ranking import Ranks
 from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool, stray
@@ -111,9 +116,10 @@ class DueIndex:
         self._queues: dict[str, _Queue] = {}
         self._turn: list[str] = []  # queues in round-robin order
         self.more_beyond = False  # buckets exist past the last one loaded
+        self.ranks = Ranks(spool)  # what may be tried now, by priority, once the spool has any
 
     def __len__(self) -> int:
-        return sum(len(q) for q in self._queues.values())
+        return sum(len(q) for q in self._queues.values()) + len(self.ranks)
 
     def rescan(self, now: int) -> list[tuple[str, str]]:
         """Rebuild from the spool; return (path, reason) of entries to quarantine."""
@@ -149,6 +155,7 @@ class DueIndex:
             queue.heapify()
         self._queues = queues
         self._turn = [q for q in self._turn if q in queues] + sorted(set(queues) - set(self._turn))
+        self.ranks.reset(entries)
         return bad
 
     def _load_bucket(
@@ -233,7 +240,7 @@ class DueIndex:
 
     def _entries(self, queue: str) -> list[tuple[TaskName, str]]:
         found = self._queues.get(queue)
-        return [] if found is None else found.entries()
+        return [*([] if found is None else found.entries()), *self.ranks.items(queue)]
 
     def discard(self, name: TaskName) -> None:
         """Drop one entry (a paused task that expired)."""
@@ -246,11 +253,13 @@ class DueIndex:
                 kept.add(other, bucket, self.order)
         kept.heapify()
         self._queues[name.queue] = kept
+        self.ranks.discard(name)
 
     def next_run_at(self, eligible: Callable[[str], bool] = lambda q: True) -> int | None:
         """The earliest instant a task of a queue that may start one now may be tried."""
         tops = [q.next_at() for name, q in self._queues.items() if q and eligible(name)]
-        return min([t for t in tops if t is not None], default=None)
+        ready = self.ranks.earliest(eligible)
+        return min([t for t in tops if t is not None] + ready, default=None)
 
     def pop_due(self, due: Callable[[int], bool], eligible: Callable[[str], bool]) -> Entry | None:
         """Take the next due task, round-robin across eligible queues.
@@ -260,11 +269,21 @@ class DueIndex:
         """
         for i, name in enumerate(self._turn):
             queue = self._queues.get(name)
-            if not queue or not eligible(name):
+            if not eligible(name) or not (queue or self.ranks.holds(name)):
                 continue
-            picked = queue.pop(due)
+            if self.ranks.on:
+                picked = self.ranks.pop(name, _taker(queue, due))
+            else:
+                picked = queue.pop(due) if queue else None
             if picked is not None:
                 self._turn.append(self._turn.pop(i))
                 task, bucket = picked
                 return task, f"{self.spool.bucket_dir(bucket)}/{task}"
         return None
+
+
+def _taker(
+    queue: _Queue | None, due: Callable[[int], bool]
+) -> Callable[[], tuple[TaskName, str] | None]:
+    """What ranking draws from: the tasks the claim order lets this queue try now."""
+    return lambda: queue.pop(due) if queue else None

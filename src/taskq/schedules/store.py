@@ -125,6 +125,7 @@ class Schedule:
             key=key or occurrence_key(self.name, slot),
             after=after or [],
             after_any=bool(after),
+            priority=t.priority,
             max_attempts=t.max_attempts,
             timeout=t.timeout,
             expires=t.expires,

@@ -8,6 +8,7 @@ transitions between states live in transitions.py; submission in submit.py.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -49,6 +50,7 @@ STATES = ("waiting", "pending", "claimed", "running", "cancelling", "done", "fai
 _PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
 END_STATES = ("done", "failed", "cancelled")
 DOORBELL = "doorbell"
+RANKED = "priorities"
 
 
 def _log_warning(message: str) -> None:
@@ -92,6 +94,9 @@ class Spool:
         for sub in (*SUBDIRS, *DROP_DIRS):
             setattr(self, sub, os.path.join(self.root, sub))
         self.doorbell = os.path.join(self.root, DOORBELL)
+        # Exists once a task with a --priority was submitted: daemons then read
+        # the priority of due tasks (otherwise their names say all they need).
+        self.ranked = os.path.join(self.root, RANKED)
 
     tmp: str
     waiting: str
@@ -153,6 +158,13 @@ class Spool:
                 pass
         except OSError:
             pass
+
+    def mark_ranked(self) -> None:
+        """Say that some task has a priority (before that task is published)."""
+        if not os.path.exists(self.ranked):
+            with contextlib.suppress(FileExistsError):  # another submitter made it
+                fsutil.write_new(self.ranked, b"", sync=True)
+            fsutil.fsync_dir(self.root)
 
     def _create_doorbell(self) -> None:
         os.close(

@@ -32,6 +32,7 @@ from taskq.times.timespec import (
 FORMAT_VERSION = 1
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 3
+MAX_PRIORITY = 1000  # --priority is -1000 to 1000
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_STDIN = 1 << 20  # bytes of --stdin payload a task may carry
 MAX_BODY = 4 << 20  # a larger file in the spool is corrupt by definition
@@ -368,6 +369,7 @@ class TaskBody:
     # The uid the task is the request of, where its file cannot say (a root
     # daemon filed it from a member's drop file); None: its file's owner.
     submitter: int | None = None
+    priority: int = 0  # --priority: higher first among the due tasks of its queue
 
     def to_json(self) -> bytes:
         """Serialise to the on-disk JSON form (documented in taskq-spool(5)), once.
@@ -408,6 +410,8 @@ class TaskBody:
             doc["mutex"] = self.mutex
         if self.submitter is not None:
             doc["submitter"] = self.submitter
+        if self.priority:
+            doc["priority"] = self.priority
         return layout(doc)
 
     @classmethod
@@ -454,6 +458,7 @@ class TaskBody:
             mail=_opt_choice(doc, "mail", MAIL_MODES),
             mutex=None if doc.get("mutex") is None else check_mutex(_str(doc, "mutex")),
             submitter=_opt_uid(doc, "submitter"),
+            priority=_priority(doc),
         )
 
 
@@ -488,6 +493,15 @@ def _umask(doc: dict[str, Any]) -> int | None:
     if not re.fullmatch(r"0?[0-7]{1,3}", text):
         raise CorruptFile(f"bad task body: umask {text!r} is not an octal mask")
     return int(text, 8)
+
+
+def _priority(doc: dict[str, Any]) -> int:
+    value = doc.get("priority", 0)
+    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_PRIORITY:
+        raise CorruptFile(
+            f"bad task body: priority must be an integer, -{MAX_PRIORITY} to {MAX_PRIORITY}"
+        )
+    return value
 
 
 def _after(doc: dict[str, Any]) -> list[str]:
