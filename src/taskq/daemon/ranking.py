@@ -3,10 +3,11 @@
 A task's priority is in its body, not its name, so ranking costs a read of
 the body; the due index ranks only once the spool's `priorities` file says
 some task has one (otherwise nothing changes, at no cost), and only tasks
-that are due, each read once and remembered by id. As the claim order lets
-a queue's tasks be tried (claimorder.py; never before their time less the
-prepare lead), they move to the queue's heap by (-priority, run_at, id),
-and the queue hands out the top of that one. A
+that are due, each read once (the file, not parsed: task.priority_of)
+and remembered by id. As the claim order lets a queue's tasks be tried
+(claimorder.py; never before their time less the prepare lead), they move
+to the queue's heap by (-priority, run_at, id), and the queue hands out
+the top of that one. A
 body that cannot be read ranks 0 (its claim or its start deals with it).
 """
 
@@ -17,8 +18,9 @@ import os
 from collections.abc import Callable, Iterator
 
 from taskq.errors import TaskqError
+from taskq.spool import fsutil
 from taskq.spool.layout import Spool
-from taskq.spool.task import TaskName
+from taskq.spool.task import MAX_BODY, TaskName, priority_of
 
 Entry = tuple[TaskName, str]  # a task's name and its bucket
 _Ranked = tuple[int, int, str, TaskName, str]  # -priority, run_at, id, name, bucket
@@ -75,8 +77,9 @@ class Ranks:
     def _priority(self, name: TaskName, bucket: str) -> int:
         known = self._known.get(name.id)
         if known is None:
+            path = f"{self.spool.bucket_dir(bucket)}/{name}"
             try:
-                known = self.spool.read_body(f"{self.spool.bucket_dir(bucket)}/{name}").priority
+                known = priority_of(fsutil.read_small(path, MAX_BODY)[0])
             except (TaskqError, OSError):  # gone (claimed elsewhere) or bad: its claim tells
                 known = 0
             self._known[name.id] = known

@@ -315,6 +315,36 @@ def layout(doc: dict[str, Any]) -> bytes:
     return ("{\n " + ",\n ".join(parts) + "\n}\n").encode() if parts else b"{}\n"
 
 
+_PRIORITY_KEY = b'\n "priority": '
+
+
+def priority_of(data: bytes) -> int:
+    """A body's priority, read from its file without parsing the rest; 0 if it has none.
+
+    As layout() writes a body, each top-level key starts a line with one
+    space and no string holds a raw newline, so the key's line is found by
+    a search; a body laid out otherwise (written by hand) is parsed whole.
+    A priority out of range, or a body that does not parse, ranks 0.
+    """
+    at = data.find(_PRIORITY_KEY)
+    if at < 0:
+        if b'"priority"' not in data:
+            return 0
+        try:
+            return TaskBody.from_json(data).priority
+        except CorruptFile:
+            return 0
+    start = at + len(_PRIORITY_KEY)
+    end = start
+    while end < len(data) and data[end] in b"-0123456789" and end - start < 6:
+        end += 1
+    try:
+        value = int(data[start:end])
+    except ValueError:
+        return 0
+    return value if abs(value) <= MAX_PRIORITY else 0
+
+
 def _value(value: Any) -> str:
     kind = type(value)
     if kind is str:

@@ -264,3 +264,21 @@ def test_names_are_immutable_and_copied_with_changes() -> None:
     assert (started.phase, started.task, claim.phase) == ("started", name, "claimed")
     assert str(started) == str(claim).replace("_claimed_", "_started_")
     assert ClaimName.parse(str(started)) == started and copy.deepcopy(started) == started
+
+
+def test_priority_of_reads_the_key_line_as_layout_writes_it() -> None:
+    from taskq.spool.task import MAX_PRIORITY, TaskBody, new_id, priority_of
+
+    def body(**kw: object) -> TaskBody:
+        return TaskBody(id=new_id(0), argv=["true"], run_at=0, submitted_at=0, **kw)  # type: ignore[arg-type]
+
+    assert priority_of(body().to_json()) == 0
+    assert priority_of(body(priority=-7).to_json()) == -7
+    assert priority_of(body(priority=MAX_PRIORITY).to_json()) == MAX_PRIORITY
+    tricky = body(env={"X": '\n "priority": 999'}).to_json()  # escaped inside a string
+    assert priority_of(tricky) == 0
+    import json
+
+    by_hand = json.dumps(json.loads(body(priority=3).to_json()), indent=4).encode()
+    assert priority_of(by_hand) == 3
+    assert priority_of(b'{\n "priority": 99999,\n}') == 0
