@@ -289,7 +289,13 @@ def read_small(path: str, limit: int) -> tuple[bytes, os.stat_result]:
             raise CorruptFile("not a regular file")
         if st.st_size > limit:
             raise CorruptFile(f"too large ({st.st_size} bytes, limit {limit})")
-        return os.read(fd, limit + 1), st
+        # A buffer of the file's size, not of the limit: os.read allocates what
+        # it is asked for, and 4 MiB for a 2 KiB body was most of a body's read.
+        want = st.st_size + 1
+        data = os.read(fd, want)
+        if len(data) == want:  # it grew since fstat: read on, up to the limit
+            data += os.read(fd, limit + 1 - len(data))
+        return data, st
     finally:
         os.close(fd)
 
