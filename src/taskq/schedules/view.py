@@ -61,10 +61,13 @@ def upcoming(
     """The next n slots and whether each is skipped (`schedule skip`); none while paused."""
     if sched.paused or auto_paused(sched, state):
         return []
-    if sched.every_after:
-        slots = following.upcoming(sched, state, now, n + _skips(sched, now))
+    if sched.every_after:  # arithmetic: cheap to look past the skipped ones
+        slots = following.upcoming(sched, state, now, n + (0 if skipped else _skips(sched, now)))
     else:
-        slots = sched.when.upcoming(max(now, sched.since - 1), n + _skips(sched, now))
+        start = max(now, sched.since - 1)
+        if not skipped and sched.skip_before is not None:
+            start = max(start, sched.skip_before - 1)
+        slots = sched.when.upcoming(start, n)
     out = [(s, skipped_by_operator(sched, s)) for s in slots]
     return [e for e in out if skipped or not e[1]][:n]
 
@@ -126,7 +129,7 @@ def _task_states(store: Store, ids: set[str]) -> dict[str, str]:
 def describe(doc: dict[str, Any]) -> str:
     """The document as text for people."""
     h = doc["health"]
-    skipped = ", ".join(f"{k} {v}" for k, v in sorted(h["skipped"].items())) or "none"
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(h["skipped"].items()) if v) or "none"
     lines = [
         f"name:      {doc['name']}",
         f"when:      {doc['when']} ({doc['tz']})",
