@@ -60,6 +60,7 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
         env_recorded=body.env_recorded,
         after_mode="any" if body.after_any else "ok",
         mail=body.mail,
+        priority=body.priority,
         expired=journal.expired(records),
         exit_status=journal.exit_status(records),
         budget_from=journal.budget_start(records, found.name.attempt),
@@ -180,6 +181,8 @@ def describe(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:
     for opt in ("key", "timeout", "expires", "mail", "owner", "lease_expiry"):
         if doc.get(opt) is not None:
             fields.append((opt, restamp(str(doc[opt]), stamp)))
+    if doc.get("priority"):
+        fields.append(("priority", str(doc["priority"])))
     if doc.get("after"):
         fields.append(("after", _after_text(doc)))
     out = [f"{k + ':':<11}{v}" for k, v in fields]

@@ -23,7 +23,7 @@ from taskq.errors import BadInput, CorruptFile, NotFound
 from taskq.spool import byid, fsutil, sharing
 from taskq.spool.config import CONFIG
 from taskq.spool.keys import ForeignKey, key_owner, read_key
-from taskq.spool.layout import DOORBELL, DROP_DIRS, SUBDIRS, Spool, stray
+from taskq.spool.layout import DOORBELL, DROP_DIRS, RANKED, SUBDIRS, Spool, stray
 from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket, valid_id
 from taskq.times.timespec import HOUR, SECOND
 
@@ -98,7 +98,7 @@ class Checker:
             path = os.path.normpath(os.path.join(self.spool.root, sub))
             if self.layout_dir(path, shared) and modes is not None:
                 self.shared_mode(path, *modes[sub])
-        known = {*SUBDIRS, *DROP_DIRS, DOORBELL, CONFIG}
+        known = {*SUBDIRS, *DROP_DIRS, DOORBELL, RANKED, CONFIG}
         for entry in fsutil.listdir(self.spool.root, follow=True):
             if entry not in known and not stray(entry):
                 self.quarantine(os.path.join(self.spool.root, entry), "not part of a spool")
