@@ -94,7 +94,7 @@ def test_priorities_across_three_daemons_with_kill_9_run_each_once(
 def test_the_priorities_file_is_part_of_the_spool(tq: Taskq) -> None:
     task = tq.submit("--in", "1h", "--priority", "7", "--", "true")
     assert (tq.spool / "priorities").is_file() and tq.show(task)["priority"] == 7
-    assert b"priority: 7" in tq.run("show", task).stdout
+    assert b"\npriority:  7\n" in tq.run("show", task).stdout
     out = tq.run("fsck").stdout.decode()
     assert "priorities" not in out and (tq.spool / "priorities").is_file()
     refused = tq.run("submit", "--priority", "1001", "--", "true", check=False)
