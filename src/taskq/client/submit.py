@@ -312,7 +312,8 @@ def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
         first = read_key(path, uid)
     except (CorruptFile, ValueError) as e:  # a squat, or a file that names no task
         rel = os.path.relpath(path, spool.root)
-        raise OSError(errno.EAGAIN, f"key file {rel} {e}; a daemon removes it, try again") from None
+        fix = "a daemon removes it" if isinstance(e, CorruptFile) else "taskq fsck removes it"
+        raise OSError(errno.EAGAIN, f"key file {rel} {e}; {fix}, try again") from None
     tmp = os.path.join(spool.tmp, f"{first.id}.task")
     if os.path.exists(tmp):
         # The first submitter bound the key and then stopped (or is about to
