@@ -288,3 +288,21 @@ def test_several_crons_fire_each_shared_minute_once(
     kill_all(daemons)
     recorded = once_never_early(stamps)
     assert [r[0] for r in recorded if r[0] <= wanted[-1]] == wanted  # each minute once
+
+
+def test_a_queued_occurrence_released_early_waits_for_its_slot(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    """The one before it ends inside the guard second: the queued one still starts at its slot."""
+    stamps, gate = tmp_path / "stamps", tmp_path / "gate"
+    tq.run("schedule", "add", "q", "--every", "4s", "--overlap", "queue",
+           "--", *slot_cmd(stamps, until(gate)))  # fmt: skip
+    start_daemon("--workers", "4")
+    wait_for(lambda: runs(stamps), 60, "the first run")
+    queued = wait_for(
+        lambda: [e for e in history(tq, "q") if e["event"] == "queued"], 60, "a queued slot"
+    )
+    gate.touch()  # the running one ends now, before the queued slot (a second away)
+    wait_for(lambda: len(runs(stamps)) >= 2, 60, "the queued run")
+    second = runs(stamps)[1]
+    assert second[0] == epoch(queued[0]["slot"]) and second[1] >= second[0]
