@@ -25,11 +25,13 @@ LEASE = ("--lease", "3s", "--rescan", "1s", "--workers", "4", "--kill-grace", "1
 StartDaemon = Callable[..., Daemon]
 
 
-def three(start_daemon: StartDaemon) -> list[Daemon]:
-    return [start_daemon(*LEASE, host=f"h{i}") for i in range(3)]
+def three(start_daemon: StartDaemon, env: dict[str, str] | None = None) -> list[Daemon]:
+    return [start_daemon(*LEASE, host=f"h{i}", env=env) for i in range(3)]
 
 
-def kill_one(tq: Taskq, daemons: list[Daemon], start_daemon: StartDaemon) -> None:
+def kill_one(
+    tq: Taskq, daemons: list[Daemon], start_daemon: StartDaemon, env: dict[str, str] | None = None
+) -> None:
     """SIGKILL a daemon and start it again under its host id.
 
     The daemon killed runs no attempt at that moment: one killed with its
@@ -40,7 +42,7 @@ def kill_one(tq: Taskq, daemons: list[Daemon], start_daemon: StartDaemon) -> Non
     busy = _busy_hosts(tq)
     i = next(i for i in range(len(daemons)) if f"h{i}" not in busy)
     daemons[i].kill()
-    daemons[i] = start_daemon(*LEASE, host=f"h{i}")
+    daemons[i] = start_daemon(*LEASE, host=f"h{i}", env=env)
 
 
 def _busy_hosts(tq: Taskq) -> set[str]:
@@ -235,17 +237,26 @@ def test_pause_after_failures_pauses_tells_and_counts(
     hook.chmod(0o755)
     tq.spool.mkdir(parents=True, exist_ok=True)
     (tq.spool / "config.toml").write_text(f'[notify]\ncommand = ["{hook}"]\n')
+    mailbox, bin_dir = tmp_path / "mailbox", tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sendmail").write_text(f"#!/bin/sh\ncat >> {mailbox}\n")
+    (bin_dir / "sendmail").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     tq.run("schedule", "add", "f", "--every", "1s", "--overlap", "allow", "--max-attempts", "1",
-           "--pause-after-failures", "3", "--", *slot_cmd(stamps, "; exit 1"))  # fmt: skip
+           "--pause-after-failures", "3", "--env", "MAILTO=ops@example.org",
+           "--", *slot_cmd(stamps, "; exit 1"))  # fmt: skip
     metrics = tmp_path / "metrics.prom"
-    daemons = three(start_daemon)
+    daemons = three(start_daemon, env)
     wait_for(lambda: runs(stamps), 60, "the first failure")
-    kill_one(tq, daemons, start_daemon)
-    daemons.append(start_daemon(*LEASE, "--metrics-file", str(metrics), host="m"))
+    kill_one(tq, daemons, start_daemon, env)
+    daemons.append(start_daemon(*LEASE, "--metrics-file", str(metrics), host="m", env=env))
     wait_for(lambda: show(tq, "f")["state"] == "paused (failures)", 60, "the pause")
     paused = next(e for e in history(tq, "f") if e["event"] == "paused")
     assert paused["why"] == "failures" and paused["failures"] >= 3
     wait_for(lambda: told.exists() and "schedule-paused" in told.read_text(), 60, "the hook")
+    subject = "Subject: taskq: schedule f paused after"
+    wait_for(lambda: mailbox.exists() and subject in mailbox.read_text(), 60, "the mail")
+    assert "To: ops@example.org" in mailbox.read_text()
     events = [json.loads(line) for line in told.read_text().splitlines()]
     assert next(e for e in events if e["event"] == "schedule-paused")["schedule"] == "f"
 
