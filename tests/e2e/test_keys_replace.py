@@ -70,12 +70,13 @@ def _run_at(tq: Taskq, task: str) -> float:
 
 
 def test_key_for_frees_the_key_after_its_window(tq: Taskq) -> None:
+    held = tq.submit("--in", "1h", "--key", "j", "--key-for", "1h", "--", "true")
+    assert tq.submit("--in", "1h", "--key", "j", "--key-for", "1h", "--", "true") == held
     first = tq.submit("--in", "1h", "--key", "k", "--key-for", "1s", "--", "true")
-    assert tq.submit("--in", "1h", "--key", "k", "--key-for", "1s", "--", "true") == first
     wait_for(lambda: time.time() > _submitted(tq, first) + 1.05, 10, "the window to pass")
     second = tq.submit("--in", "1h", "--key", "k", "--key-for", "1s", "--", "true")
     assert second != first and tq.state(first) == "pending"  # both stand: the window ended
-    assert tq.submit("--key", "k", "--", "true") == second
+    assert tq.submit("--key", "k", "--", "true") == second  # no window given: the holder
     refused = tq.run("submit", "--key-for", "1s", "--", "true", check=False)
     assert refused.returncode == 2 and b"need --key" in refused.stderr
 

@@ -313,6 +313,11 @@ def _top_up(p: Pass, sched: Schedule, state: State) -> None:
         return
     if state.cursor_task is not None:
         state.prev_task = state.cursor_task
+    if skipped_by_operator(sched, slot):  # no task at all: nothing a late pass could miss
+        p.store.log(sched.name, "skipped", p.now, slot=format_iso(slot), why="skip")
+        state.count_skipped("skip")
+        state.cursor, state.cursor_task, state.checked = slot, None, True
+        return
     jitter = random.randrange(sched.jitter) if sched.jitter else 0
     state.cursor = slot
     state.cursor_task = make(p, sched, state, slot, slot + jitter, "made")
