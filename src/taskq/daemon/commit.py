@@ -15,7 +15,8 @@ import logging
 from collections.abc import Callable
 
 from taskq.spool import fsutil
-from taskq.times.timespec import MS, SECOND, format_duration
+from taskq.spool.transitions import CLAIM_LEAD_MAX
+from taskq.times.timespec import MS, format_duration
 
 log = logging.getLogger("taskq")
 
@@ -75,4 +76,4 @@ class GroupCommit:
 
     def lead(self) -> int:
         """How far ahead to claim and commit: 20 ms, or twice the slowest recent commit."""
-        return min(SECOND, max(PREPARE_LEAD, 2 * max(self.times, default=0)))
+        return min(CLAIM_LEAD_MAX, max(PREPARE_LEAD, 2 * max(self.times, default=0)))

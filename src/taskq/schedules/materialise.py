@@ -37,12 +37,13 @@ from taskq.spool import byid, deps, fsutil
 from taskq.spool.ending import end_task
 from taskq.spool.layout import Located, Spool
 from taskq.spool.task import ClaimName, TaskBody, TaskName, bucket_of
+from taskq.spool.transitions import CLAIM_LEAD_MAX
 from taskq.times.timespec import MAX_INSTANT, MS, SECOND, format_iso
 from taskq.times.when import parse_when
 
 log = logging.getLogger("taskq")
 
-GUARD = SECOND  # overlap is judged this long before a slot (a quarter of shorter intervals)
+GUARD = SECOND  # overlap is judged this long before a daemon may claim a slot's task
 HELD_AT = MAX_INSTANT  # a queued occurrence waits here until the one before it ends
 REFRESH = 5 * SECOND  # passes at least this often: schedules added on other hosts
 HELD_POLL = 250 * MS  # how often a queued occurrence's predecessor is looked at
@@ -83,8 +84,15 @@ def running_ids(spool: Spool) -> frozenset[str]:
 
 
 def guard(sched: Schedule) -> int:
+    """How long before a slot its overlap is judged: before any daemon may claim its task.
+
+    A daemon claims a task up to CLAIM_LEAD_MAX before its run time; a
+    decision after that claim could no longer hold or cancel the task.
+    Half of intervals shorter than 4 s, so that the previous slot has begun.
+    """
     every = sched.spec.every
-    return min(GUARD, every // 4) if every else GUARD
+    ahead = GUARD + CLAIM_LEAD_MAX
+    return min(ahead, every // 2) if every else ahead
 
 
 def advance(p: Pass, sched: Schedule) -> int | None:
@@ -222,6 +230,8 @@ def _judge(p: Pass, sched: Schedule, state: State, paused: bool) -> None:
         held = _reschedule_if_pending(p, state.cursor_task, HELD_AT)
         if held is None:
             p.lost = _held_by_another(p, state.cursor_task)
+            if not p.lost and sched.overlap == "replace":
+                _claimed_first(p, sched.name, slot, behind, running)
             return
         event = "queued" if sched.overlap == "queue" else "replacing"
         p.store.log(sched.name, event, p.now, slot=slot, behind=behind)
@@ -233,6 +243,13 @@ def _judge(p: Pass, sched: Schedule, state: State, paused: bool) -> None:
         p.store.log(sched.name, "skipped", p.now, slot=slot, why="overlap", behind=behind)
         state.count_skipped("overlap")
         state.cursor_task = None
+
+
+def _claimed_first(p: Pass, name: str, slot: str, behind: str | None, running: list[str]) -> None:
+    """A daemon claimed the slot's task before it could be held (a pass late by more
+    than the guard): it starts at its slot, and the running one is stopped now."""
+    p.store.log(name, "replacing", p.now, slot=slot, behind=behind, claimed=True)
+    _stop(p, name, running)
 
 
 def _held_by_another(p: Pass, name: str) -> bool:
@@ -387,7 +404,7 @@ def _reschedule_if_pending(p: Pass, name: str, run_at: int) -> str | None:
     task = TaskName.parse(name)
     try:
         return str(operations.reschedule(p.spool, task.id, run_at))
-    except (TaskqError, FileNotFoundError):
+    except (TaskqError, FileNotFoundError, FileExistsError):  # moved on, or held by another pass
         return None
 
 

@@ -23,8 +23,13 @@ from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.layout import Located, Spool
 from taskq.spool.task import ClaimName, TaskName, day_of
+from taskq.times.timespec import SECOND
 
 _MOVE_TRIES = 1000
+# A daemon claims a task at most this long before its run time (its prepare
+# lead, daemon/commit.py): a decision on a pending task taken earlier than
+# this before its run time comes before any claim of it.
+CLAIM_LEAD_MAX = SECOND
 log = logging.getLogger("taskq")
 Touched = set[str]  # directories whose entries changed, to be fsynced together
 
