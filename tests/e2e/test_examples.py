@@ -49,6 +49,7 @@ def run_example(tq: Taskq, tmp_path: Path) -> Callable[..., subprocess.Completed
     return run
 
 
+@pytest.mark.slow
 def test_schedule_health(
     tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
 ) -> None:

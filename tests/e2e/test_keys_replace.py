@@ -15,7 +15,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import TASKQ, Daemon, Taskq, kill_all, read_stamps, stamp_cmd, wait_for
+
+pytestmark = pytest.mark.slow  # real daemons, seconds each
 
 LEASE = ("--lease", "3s", "--rescan", "1s", "--workers", "4")
 

@@ -213,6 +213,7 @@ def test_cancel_survives_the_death_of_the_attempts_daemon(
     assert len(events(doc, "start")) == 1
 
 
+@pytest.mark.slow
 def test_wait_json_tells_a_failed_status_from_waits_own(
     tq: Taskq, start_daemon: StartDaemon
 ) -> None:

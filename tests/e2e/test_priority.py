@@ -10,7 +10,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from conftest import Daemon, Taskq, kill_all, wait_for
+
+pytestmark = pytest.mark.slow  # real daemons, seconds each
 
 StartDaemon = Callable[..., Daemon]
 

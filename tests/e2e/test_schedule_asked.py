@@ -21,6 +21,8 @@ import pytest
 from conftest import TASKQ, Daemon, Taskq, kill_all, until, wait_for
 from test_schedule import epoch, history, runs, show, slot_cmd
 
+pytestmark = pytest.mark.slow  # real daemons, seconds each
+
 LEASE = ("--lease", "3s", "--rescan", "1s", "--workers", "4", "--kill-grace", "1s")
 StartDaemon = Callable[..., Daemon]
 
@@ -285,7 +287,6 @@ def _line(text: str, name: str) -> str:
     return found[0] if found else ""
 
 
-@pytest.mark.slow
 def test_several_crons_fire_each_shared_minute_once(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
