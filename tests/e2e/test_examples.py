@@ -12,6 +12,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
@@ -71,6 +72,39 @@ def test_schedule_health(
     assert len(slots) == len(set(slots)) == wanted + 1
 
 
+@pytest.mark.slow
+def test_debounce(
+    tq: Taskq, start_daemon: StartDaemon, run_example: RunExample, tmp_path: Path
+) -> None:
+    out = tmp_path / "ran"
+    command = ("sh", "-c", f'echo "$TASKQ_ID $(date +%s.%N)" >> {out}')
+    start_daemon()
+
+    def request() -> str:
+        return (
+            run_example("debounce.sh", "docs", "8s", *command, env={"PRIORITY": "5"})
+            .stdout.decode()
+            .strip()
+        )
+
+    burst = [request() for _ in range(3)]
+    assert [tq.state(t) for t in burst[:-1]] == ["cancelled", "cancelled"]
+    last = tq.show(burst[-1])
+    assert last["priority"] == 5
+    tq.wait_state(burst[-1], ("done",), 60)
+    ran = [line.split() for line in out.read_text().splitlines()]
+    assert [r[0] for r in ran] == [burst[-1]]  # the burst ran once: its last request
+    assert float(ran[0][1]) >= _epoch(str(last["run_at"]))  # DELAY after the last, not before
+    after = request()  # the key's window is over: a new request is a new run
+    assert after != burst[-1]
+    tq.wait_state(after, ("done",), 60)
+    assert [line.split()[0] for line in out.read_text().splitlines()] == [burst[-1], after]
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
 def test_every_example_is_tested() -> None:
     tested = {
         "maintenance-window.sh",
@@ -86,6 +120,7 @@ def test_every_example_is_tested() -> None:
         "pipeline.sh",
         "notify-chat.sh",
         "schedule-health.sh",
+        "debounce.sh",
     }
     assert {p.name for p in EXAMPLES.glob("*.sh")} == tested
 
