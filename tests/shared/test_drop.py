@@ -136,3 +136,19 @@ def test_submit_then_wait_works_before_any_pickup(bed: Bed, members: tuple[str, 
     bed.start_daemon()
     out, err = waiter.communicate(timeout=90)
     assert waiter.returncode == 0 and out == f"{task} done\n{after} done\n", err
+
+
+def test_a_members_priority_is_carried_and_key_takeovers_are_refused(
+    bed: Bed, members: tuple[str, str]
+) -> None:
+    """--priority goes through the drop; --key-for and --on-key replace change nothing."""
+    alice, _ = members
+    for opts in (("--key-for", "1h"), ("--on-key", "replace")):
+        refused = bed.taskq_as(alice, "submit", "--key", "k", *opts, "--in", "1h", "--", "true")
+        assert refused.returncode == 2 and "not for a member" in refused.stderr
+    assert list((bed.spool / "drop").iterdir()) == []  # nothing dropped
+    task = bed.submit_as(alice, "--priority", "7", "--in", "1h", "--", "true")
+    bed.start_daemon()
+    wait_for(lambda: _shown(bed, alice, task, "pending"), DEADLINE, "the task filed")
+    assert json.loads(bed.taskq_as(alice, "show", "--json", task).stdout)["priority"] == 7
+    assert (bed.spool / "priorities").is_file()  # the daemon that filed it ranks the due
