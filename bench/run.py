@@ -70,6 +70,7 @@ def summary() -> list[tuple[str, str, str, str]]:
             if len(same) > 1:
                 # No ratio to take the median of: every round's figures.
                 ours = " / ".join(r[1] for r in same)
+                ref = " / ".join(r[2] for r in same) if ref else ""
                 ratio = " / ".join(r[3] for r in same) if ratio else ""
             table.append((what, ours, ref, ratio))
             continue
