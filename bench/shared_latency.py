@@ -12,6 +12,11 @@ once, submitted one after another, alternating spools. For each task:
                 command returned (its id printed): what the submitter waits
   lateness      the journalled lateness: start minus run_at, run_at being
                 submit's own "now" (so it includes submit's own time)
+  submit        how long the submit command took, start to exit (a
+                member's includes its two syncfs)
+
+exit->start is negative where the task started before the submit command
+had finished exiting (the interpreter's teardown).
 
 Prints p50, p99 and max of both, per spool. The taskq run is the one of
 this interpreter (`python -m taskq`); use a non-editable install.
@@ -46,7 +51,7 @@ class Spool:
         self.root = root
         self.user = user
         self.env = {**os.environ, "TASKQ_SPOOL": str(root), "HOME": "/"}
-        self.samples: dict[str, list[float]] = {"exit->start": [], "lateness": []}
+        self.samples: dict[str, list[float]] = {"exit->start": [], "lateness": [], "submit": []}
 
     def as_submitter(self, *args: str) -> list[str]:
         if self.user is None:
@@ -57,8 +62,11 @@ class Spool:
 
     def submit(self) -> tuple[str, float]:
         argv = self.as_submitter("submit", "--cwd", "/", "--", "true")
+        began = time.time()
         out = subprocess.run(argv, env=self.env, check=True, capture_output=True, cwd="/")
-        return out.stdout.decode().strip(), time.time()
+        returned = time.time()
+        self.samples["submit"].append(returned - began)
+        return out.stdout.decode().strip(), returned
 
     def start_of(self, task_id: str, timeout: float = 30) -> dict[str, object]:
         deadline = time.time() + timeout
