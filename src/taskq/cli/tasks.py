@@ -112,7 +112,7 @@ def show_command(
 
         doc = member.unfiled(spool, check_id(task_id))
         if doc is None:
-            raise
+            doc = {"status": 0, "id": task_id}  # filed since the first look: look again
         if doc.get("state") == "submitted":  # in the drop still: no daemon took it in yet
             text = f"id:        {doc['id']}\nstate:     submitted (waiting in drop/ for a daemon)"
             click.echo(json.dumps(doc, indent=1) if as_json else text)

@@ -65,8 +65,11 @@ def check_known(spool: Spool, ids: list[str]) -> None:
     from taskq.spool import deps
 
     found = deps.states_of(spool, ids)
-    for task_id in ids:
-        if task_id not in found and unfiled(spool, task_id) is None:
+    missing = [i for i in ids if i not in found and unfiled(spool, i) is None]
+    if missing:  # filed since the first look, or nowhere
+        found = deps.states_of(spool, missing)
+    for task_id in missing:
+        if task_id not in found:
             raise NotFound(f"--after: no task {task_id} in {spool.root}")
 
 
@@ -167,15 +170,14 @@ def unfiled(spool: Spool, task_id: str) -> dict[str, Any] | None:
 
     {"state": "submitted"} while it is in drop/ or being picked up; the
     daemon's answer once it was not filed (refused, or its key names
-    another task); None if the spool knows nothing of it.
+    another task); None if the spool knows nothing of it, or the task was
+    filed since the caller looked (a daemon answers, or files the task,
+    before it removes the drop file: so the drop is looked at first).
     """
     name = DropName(task_id, drop.SUBMISSION)
-    answer = drop.read_reply(spool, name)
-    if answer is not None:
-        return answer
     if drop.waiting(spool, name):
         return {"status": errors.EX_OK, "state": "submitted", "id": task_id}
-    return None
+    return drop.read_reply(spool, name)
 
 
 def settle(spool: Spool, task_id: str, lookup: Callable[[str], T], timeout: float | None) -> T:
@@ -192,7 +194,7 @@ def settle(spool: Spool, task_id: str, lookup: Callable[[str], T], timeout: floa
         except NotFound:
             doc = unfiled(spool, task_id)
             if doc is None:
-                raise
+                return lookup(task_id)  # filed since: found now, or the spool knows none
         if doc.get("state") != "submitted":
             first = answered(doc).get("id")
             if not isinstance(first, str) or first == task_id:
