@@ -8,6 +8,7 @@ shell (cp, mv, ln -s, mkfifo, touch) wherever the kernel lets him.
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import shutil
@@ -97,6 +98,18 @@ class Bed:
         proc = self.taskq_as(user, "submit", "--cwd", "/", *args)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip()
+
+    def state(self, task: str) -> str | None:
+        """A task's state as root sees it; None while its submission is still in the drop."""
+        proc = self.tq.run("show", "--json", task, check=False)
+        if proc.returncode == 3:  # no task (yet): a daemon has not taken it in
+            return None
+        assert proc.returncode == 0, proc.stderr
+        return str(json.loads(proc.stdout)["state"])
+
+    def wait_state(self, task: str, states: tuple[str, ...]) -> None:
+        """Wait until the task is filed and in one of states."""
+        wait_for(lambda: self.state(task) in states, DEADLINE, f"task {task} to reach {states}")
 
     def uid(self, user: str) -> int:
         return pwd.getpwnam(user).pw_uid

@@ -74,7 +74,7 @@ def test_1_a_forged_expiring_id_leaks_nothing(bed: Bed, members: tuple[str, str]
     bed.start_daemon(env=_stub_sendmail(bed))
     secret = bed.submit_as(alice, "--in", "1h", "--", "sh", "-c", "echo alice-secret")
     dependent = bed.submit_as(alice, "--after", secret, "--", "true")
-    wait_for(lambda: bed.tq.state(dependent) == "waiting", DEADLINE, "the dependent to wait")
+    bed.wait_state(dependent, ("waiting",))
     forged = TaskName(time.time_ns() // 1000, secret, 1, "default")
     _denied(
         bed, mallory, 'mkdir -p "pending/$1" && touch "pending/$1/$2"', forged.bucket, str(forged)
@@ -97,7 +97,7 @@ def test_2_a_copy_of_an_ended_task_wedges_nothing(bed: Bed, members: tuple[str, 
     name, data = _own(bed, mallory, argv=["false"], max_attempts=1)
     task = name.split(".")[0]
     bed.plant(mallory, name, data)
-    wait_for(lambda: bed.tq.state(task) == "failed", DEADLINE, "his task to fail")
+    bed.wait_state(task, ("failed",))
     changed = data.replace(b'"expires": null', b'"expires": 0.001')
     bed.plant(mallory, name, changed)
     assert "is taken by another task of yours" in bed.logged(f"refused drop/{name}")
@@ -106,7 +106,7 @@ def test_2_a_copy_of_an_ended_task_wedges_nothing(bed: Bed, members: tuple[str, 
     rows = [json.loads(x) for x in bed.tq.run("ls", "--json").stdout.splitlines()]
     assert [r["state"] for r in rows if r["id"] == task] == ["failed"]
     later = bed.submit_as(alice, "--", "true")
-    bed.tq.wait_state(later, ("done",), DEADLINE)
+    bed.wait_state(later, ("done",))
     assert "spool error" not in daemon.text() and daemon.proc.poll() is None
 
 
@@ -115,7 +115,7 @@ def test_4_members_cannot_write_dependency_markers(bed: Bed, members: tuple[str,
     bed.start_daemon()
     first = bed.submit_as(alice, "--in", "1h", "--", "true")
     waits = bed.submit_as(alice, "--after", first, "--", "true")
-    wait_for(lambda: bed.tq.state(waits) == "waiting", DEADLINE, "her dependent to wait")
+    bed.wait_state(waits, ("waiting",))
     for attack in (
         f"touch deps/{first}/ended.done",
         f"touch deps/{first}/ended.failed",
@@ -126,9 +126,9 @@ def test_4_members_cannot_write_dependency_markers(bed: Bed, members: tuple[str,
         _denied(bed, mallory, attack)
     theirs = bed.submit_as(mallory, "--in", "1h", "--", "true")
     his = bed.submit_as(mallory, "--after", theirs, "--", "true")  # dependencies work for him
-    wait_for(lambda: bed.tq.state(his) == "waiting", DEADLINE, "his dependent to wait")
+    bed.wait_state(his, ("waiting",))
     assert bed.taskq_as(mallory, "cancel", theirs).returncode == 0
-    bed.tq.wait_state(his, ("cancelled",), DEADLINE)
+    bed.wait_state(his, ("cancelled",))
     assert bed.tq.state(waits) == "waiting" and bed.tq.state(first) == "pending"
 
 
@@ -170,7 +170,7 @@ def test_8_the_drop_cannot_keep_the_daemon_busy(bed: Bed, members: tuple[str, st
     assert bed.shell_as(mallory, flood, str(bed.spool / "drop")).returncode == 0
     daemon = bed.start_daemon()
     task = bed.submit_as(alice, "--", "true")
-    bed.tq.wait_state(task, ("done",), DEADLINE)
+    bed.wait_state(task, ("done",))
     wait_for(lambda: len(list((bed.spool / "corrupt").glob("*.reason"))) >= 200, DEADLINE, "junk")
     before = cpu_seconds(daemon.proc.pid)
     started = time.monotonic()
@@ -183,7 +183,7 @@ def test_9_no_decoy_defeats_a_cancel(bed: Bed, members: tuple[str, str]) -> None
     marker = bed.scratch / "ran"
     task = bed.submit_as(alice, "--in", "1h", "--", "touch", str(marker))
     bed.start_daemon()
-    wait_for(lambda: bed.tq.state(task) == "pending", DEADLINE, "her task to be filed")
+    bed.wait_state(task, ("pending",))
     earlier = TaskName(time.time_ns() // 1000, task, 1, "default")
     _denied(
         bed,
@@ -235,5 +235,5 @@ def test_3_one_file_crashes_nothing(bed: Bed, members: tuple[str, str]) -> None:
     for name in names:
         assert "quarantined" in bed.logged(f"pickup/{name}")
     task = bed.submit_as(alice, "--", "true")
-    bed.tq.wait_state(task, ("done",), DEADLINE)
+    bed.wait_state(task, ("done",))
     assert daemon.proc.poll() is None
