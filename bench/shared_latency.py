@@ -14,6 +14,9 @@ once, submitted one after another, alternating spools. For each task:
                 submit's own "now" (so it includes submit's own time)
   submit        how long the submit command took, start to exit (a
                 member's includes its two syncfs)
+  filed->start  (shared spool only) the journalled start minus the
+                journalled `filed` record the pickup wrote: the daemon's
+                part after it took the drop file in
 
 exit->start is negative where the task started before the submit command
 had finished exiting (the interpreter's teardown).
@@ -68,16 +71,16 @@ class Spool:
         self.samples["submit"].append(returned - began)
         return out.stdout.decode().strip(), returned
 
-    def start_of(self, task_id: str, timeout: float = 30) -> dict[str, object]:
+    def start_of(self, task_id: str, timeout: float = 30) -> dict[str, dict[str, object]]:
         deadline = time.time() + timeout
         while True:
             proc = subprocess.run(
                 [*TASKQ, "show", "--json", task_id], env=self.env, capture_output=True
             )
             if proc.returncode == 0:
-                starts = [r for r in json.loads(proc.stdout)["attempts"] if r["event"] == "start"]
-                if starts:
-                    return starts[0]
+                records = json.loads(proc.stdout)["attempts"]
+                if any(r["event"] == "start" for r in records):
+                    return {r["event"]: r for r in reversed(records)}
             if time.time() > deadline:
                 raise RuntimeError(f"{task_id} did not start in {timeout}s")
             time.sleep(0.05)
@@ -123,7 +126,13 @@ def main() -> None:
         for _ in range(args.n):
             for spool in (private, shared):
                 task_id, returned = spool.submit()
-                start = spool.start_of(task_id)
+                records = spool.start_of(task_id)
+                start = records["start"]
+                if "filed" in records:
+                    filed = _epoch(str(records["filed"]["time"]))
+                    spool.samples.setdefault("filed->start", []).append(
+                        _epoch(str(start["time"])) - filed
+                    )
                 spool.samples["exit->start"].append(_epoch(str(start["time"])) - returned)
                 spool.samples["lateness"].append(float(str(start["lateness"])))
                 time.sleep(args.interval)
