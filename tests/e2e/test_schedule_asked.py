@@ -312,7 +312,7 @@ def test_several_crons_fire_each_shared_minute_once(
 def test_a_queued_occurrence_released_early_waits_for_its_slot(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
-    """The one before it ends inside the guard second: the queued one still starts at its slot."""
+    """The one before it ends just before its slot: the queued one still starts at its slot."""
     stamps, gate = tmp_path / "stamps", tmp_path / "gate"
     tq.run("schedule", "add", "q", "--every", "4s", "--overlap", "queue",
            "--", *slot_cmd(stamps, until(gate)))  # fmt: skip
