@@ -68,6 +68,7 @@ class Date(NamedTuple):
     days: int = 0  # today 0, tomorrow 1
     weekday: int | None = None  # 0 Monday .. 6 Sunday: the next such day, 1 to 7 days on
     next_unit: str | None = None  # "next week": one unit on from now
+    carries: bool = True  # at(1) carries a day past the month's end over (not in [CC]YY-MM-DD)
 
 
 class Parsed(NamedTuple):
@@ -200,16 +201,12 @@ class _Parser:
         return hour if hour == 12 else hour + 12
 
     def _set_clock(self, hour: int, minute: int, second: int | None) -> None:
-        if hour > 23:
-            raise Unparsable(
-                f"hour {hour} is out of range (0-23); at(1) would run "
-                f"{hour - 24:02d}:{minute:02d} the next day, taskq does not carry it over"
-            )
-        if minute > 59:
-            raise Unparsable(
-                f"minute {minute} is out of range (0-59); at(1) would run "
-                f"{hour + 1:02d}:{minute - 60:02d}, taskq does not carry it over"
-            )
+        if hour > 23 or minute > 59:
+            field = f"hour {hour} is out of range (0-23)" if hour > 23 else ""
+            field = field or f"minute {minute} is out of range (0-59)"
+            carried = _carried_clock(hour, minute) if second is None else None
+            hint = f"; at(1) would run {carried}, taskq does not carry it over" if carried else ""
+            raise Unparsable(field + hint)
         if second is not None and second > 59:
             raise Unparsable(f"second {second} is out of range (0-59)")
         self.clock = (hour, minute, second or 0)
@@ -246,11 +243,11 @@ class _Parser:
         if kind == "hyphen":  # [CC]YY-MM-DD
             self.pos += 1
             y, m, d = word.split("-")
-            return _checked(year_of(y), int(m), int(d))
+            return _checked(year_of(y), int(m), int(d), carries=False)
         if kind == "dotted":  # DD.MM.[CC]YY
             self.pos += 1
             d, m, y = word.split(".")
-            return _checked(year_of(y), int(m), int(d))
+            return _checked(year_of(y), int(m), int(d), carries=False)
         if word in _MONTH_WORDS:  # month DD [[,] YYYY]
             self.pos += 1
             return self._day_then_year(_MONTH_WORDS[word])
@@ -329,14 +326,27 @@ def _concatenated(text: str) -> Date:
     return _checked(year_of(year), int(month), int(day))
 
 
-def _checked(year: int | None, month: int, day: int) -> Date:
-    """A written date whose month and day can exist; at(1) would carry 31 April over."""
+def _carried_clock(hour: int, minute: int) -> str | None:
+    """What at(1) runs for an hour of 24 or a minute of 60; None where it refuses too."""
+    if hour > 24 or minute > 60:
+        return None
+    days, rest = divmod(hour * 60 + minute, 24 * 60)
+    return f"{rest // 60:02d}:{rest % 60:02d}" + (" the next day" if days else "")
+
+
+def _checked(year: int | None, month: int, day: int, carries: bool = True) -> Date:
+    """A written date whose month and day can exist; at(1) would carry 31 April over.
+
+    at(1) carries a day of 1 to 31 past the month's end, but not in
+    [CC]YY-MM-DD or DD.MM.[CC]YY (carries=False), which it refuses.
+    """
     if not 1 <= month <= 12:
         raise Unparsable(f"month {month} is out of range (1-12)")
     if not 1 <= day <= _DAYS_IN[month - 1]:
         after = MONTHS[month % 12].title()
+        hint = carries and 1 <= day <= 31
         raise Unparsable(
-            f"{MONTHS[month - 1].title()} has no day {day}; at(1) would carry it into {after},"
-            " taskq does not"
+            f"{MONTHS[month - 1].title()} has no day {day}"
+            + (f"; at(1) would carry it into {after}, taskq does not" if hint else "")
         )
-    return Date(year=year, month=month, day=day)
+    return Date(year=year, month=month, day=day, carries=carries)

@@ -214,7 +214,7 @@ def _day(d: Date | None, today: date, years: int) -> date:
         try:
             return date(year, d.month, d.day)
         except ValueError:
-            raise NoSuchDay(year, d.month, d.day) from None
+            raise NoSuchDay(year, d.month, d.day, d.carries) from None
     if d.weekday is not None:
         return today + timedelta(days=(d.weekday - today.weekday() - 1) % 7 + 1)
     return today + timedelta(days=d.days)
@@ -223,13 +223,11 @@ def _day(d: Date | None, today: date, years: int) -> date:
 class NoSuchDay(Unparsable):
     """A written day its year lacks (29 February 2027), which at(1) carries over."""
 
-    def __init__(self, year: int, month: int, day: int) -> None:
+    def __init__(self, year: int, month: int, day: int, carries: bool) -> None:
         self.carried = date(year, month, 1) + timedelta(days=day - 1)
-        super().__init__(
-            f"{year}-{month:02d}-{day:02d} is no date; at(1) would run"
-            f" {self.carried.day} {atgrammar.MONTHS[self.carried.month - 1].title()},"
-            " taskq does not carry it over"
-        )
+        shown = f"{self.carried.day} {atgrammar.MONTHS[self.carried.month - 1].title()}"
+        hint = f"; at(1) would run {shown}, taskq does not carry it over" if carries else ""
+        super().__init__(f"{year}-{month:02d}-{day:02d} is no date{hint}")
 
 
 def _zone(name: str) -> tzinfo:

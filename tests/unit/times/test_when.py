@@ -164,12 +164,16 @@ def test_4_now_minus_is_elapsed_time_and_due_at_once() -> None:
         ("24:30 tomorrow", "at(1) would run 00:30 the next day"),
         ("12:60", "minute 60 is out of range (0-59); at(1) would run 13:00"),
         ("0:60", "at(1) would run 01:00"),
+        ("23:60", "at(1) would run 00:00 the next day"),
+        ("2460", "at(1) would run 01:00 the next day"),
         ("1260", "minute 60 is out of range"),
         ("12:00:60", "second 60 is out of range"),
         ("Feb 30", "Feb has no day 30; at(1) would carry it into Mar, taskq does not"),
-        ("31.04.2027", "Apr has no day 31; at(1) would carry it into May"),
+        ("04/31/2027", "Apr has no day 31; at(1) would carry it into May"),
+        ("31.04.2027", "Apr has no day 31"),  # at(1) refuses this form
         ("13/01/2027", "month 13 is out of range"),
-        ("2027-02-29", "2027-02-29 is no date; at(1) would run 1 Mar"),
+        ("2027-02-29", "2027-02-29 is no date"),
+        ("Feb 29 2027", "2027-02-29 is no date; at(1) would run 1 Mar"),
         ("Feb 29", "2027-02-29 is no date; at(1) would run 1 Mar"),  # this year's has passed
         ("13pm", "hour 13 is too large for pm"),
     ],
@@ -180,6 +184,16 @@ def test_5_out_of_range_fields_are_refused_with_at_s_reading(text: str, message:
     got = str(caught.value)
     assert got.startswith(f"bad time {text!r}: ") and message in got, got
     assert "\n" not in got
+
+
+AT_REFUSES_TOO = ["25:00", "12:61", "24:00:00", "Jan 32", "31.04.2027", "2027-02-29"]
+
+
+@pytest.mark.parametrize("text", AT_REFUSES_TOO)
+def test_5_what_at_refuses_too_names_no_at_time(text: str) -> None:
+    with pytest.raises(BadInput) as caught:
+        when(text, BERLIN)
+    assert "at(1)" not in str(caught.value)
 
 
 def test_5_feb_29_without_a_year_is_the_next_one_at_s_carry_would_not_reach() -> None:
