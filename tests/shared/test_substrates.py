@@ -1,4 +1,4 @@
-"""Smoke tests of the shared-filesystem beds in tests/substrates.py (bindfs and GlusterFS)."""
+"""Smoke tests of the shared-filesystem beds in tests/substrates.py (bindfs, GlusterFS, CephFS)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from substrates import RENAME_NOREPLACE, GlusterBed, mount_type, renameat2, wait_until
+from substrates import RENAME_NOREPLACE, CephBed, GlusterBed, mount_type, renameat2, wait_until
 
 pytest_plugins = ["substrates"]
 
@@ -103,3 +103,29 @@ def _rename(
         results[str(dst)] = e
     else:
         results[str(dst)] = None
+
+
+@pytest.mark.slow
+def test_cephfs_clients_are_coherent_and_refuse_to_replace(cephfs: CephBed) -> None:
+    """Three ceph-fuse clients: RENAME_NOREPLACE refuses an existing name, a rename onto a
+    directory that is not empty fails (what permits need), and what one client renames away
+    is gone through another at once."""
+    assert len({m.stat().st_dev for m in cephfs.mounts}) == 3  # three separate clients
+    assert all(mount_type(m) == "fuse.ceph-fuse" for m in cephfs.mounts)
+    a, b, c = cephfs.fresh_dir("coherent")
+    (a / "src").write_text("s")
+    (a / "taken").write_text("t")
+    with pytest.raises(FileExistsError):
+        renameat2(b / "src", b / "taken", RENAME_NOREPLACE)
+    assert (c / "taken").read_text() == "t"
+    (a / "d1").mkdir()
+    (a / "d2").mkdir()
+    (a / "d2" / "lease").touch()
+    with pytest.raises(OSError) as full:
+        os.rename(b / "d1", b / "d2")
+    assert full.value.errno in (errno.ENOTEMPTY, errno.EEXIST)
+    os.stat(c / "src")  # c has it cached
+    os.rename(a / "src", a / "moved")
+    with pytest.raises(FileNotFoundError):
+        os.rename(c / "src", c / "again")
+    assert (c / "moved").read_text() == "s"
