@@ -759,11 +759,20 @@ class _Ceph:
         return self.stack.enter_context(open(self.logs / name, "wb"))
 
     def cli(self, *args: str) -> str:
-        """Run `ceph ARGS` against the bed; RuntimeError with its message if it fails."""
-        r = _run([*self.nsexec, "ceph", "-c", str(self.conf), "--connect-timeout", "60", *args])
-        if r.returncode != 0:
-            raise RuntimeError(f"ceph {' '.join(args)} failed: {_one_line(r.stderr + r.stdout)}")
-        return r.stdout
+        """Run `ceph ARGS` against the bed; RuntimeError with its message if it fails.
+
+        A loaded client can ask the mon before it has the cluster's fsid and be refused
+        (EPERM, "problem getting command descriptions"): that is tried again.
+        """
+        argv = [*self.nsexec, "ceph", "-c", str(self.conf), "--connect-timeout", "60", *args]
+        for _ in range(10):
+            r = _run(argv)
+            if r.returncode == 0:
+                return r.stdout
+            if "problem getting command descriptions" not in r.stderr:
+                break
+            time.sleep(0.5)
+        raise RuntimeError(f"ceph {' '.join(args)} failed: {_one_line(r.stderr + r.stdout)}")
 
     def daemon(self, name: str, *argv: str, grace: float = 20.0) -> subprocess.Popen[bytes]:
         """Start a ceph daemon in the foreground, in the bed's namespace, as our child."""
