@@ -76,6 +76,12 @@ class WaitTimeout(TaskqError):
     exit_status = EX_WAIT_TIMEOUT
 
 
+class Unprinted(TaskqError):
+    """A command that changes nothing could not write its output (closed, full, broken)."""
+
+    errno: int | None = None  # the write's, e.g. EPIPE: the reader has gone
+
+
 class CorruptFile(TaskqError):
     """A spool file that cannot be parsed; the caller quarantines it."""
 

@@ -96,6 +96,7 @@ def test_bad_pause_requests_change_nothing(tq: Taskq) -> None:
     past = tq.run("pause", "q", "--until", "@1000", check=False)
     assert past.returncode == 2 and b"not in the future" in past.stderr
     assert not (tq.spool / "paused").exists() or os.listdir(tq.spool / "paused") == []
+    tq.submit("--in", "1h", "--", "true")  # pause makes no spool: submit does
     tq.run("pause", "q")
     unknown = tq.run("resume", "q", "other", check=False)
     assert unknown.returncode == 4 and unknown.stderr == b"taskq: queue other is not paused\n"
@@ -104,6 +105,7 @@ def test_bad_pause_requests_change_nothing(tq: Taskq) -> None:
 
 @pytest.mark.slow
 def test_a_file_that_is_not_a_pause_is_quarantined(tq: Taskq, start_daemon: StartDaemon) -> None:
+    tq.submit("--in", "1h", "--", "true")  # pause makes no spool: submit does
     tq.run("pause", "q")
     (tq.spool / "paused" / "q").write_text("not json")
     (tq.spool / "paused" / "q").chmod(0o600)

@@ -320,6 +320,7 @@ SUBMIT_BUDGET = {
     "taskq.cli",
     "taskq.cli.common",
     "taskq.cli.main",
+    "taskq.cli.output",
     "taskq.cli.params",
     "taskq.cli.submit",
     "taskq.client",

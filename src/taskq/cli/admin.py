@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from taskq import errors
+from taskq.cli import output
 from taskq.cli.common import spool_of
 from taskq.cli.params import DURATION, PlainHelp
 from taskq.cli.render import daemon_line, paused_line, permit_line, stats_text
@@ -33,15 +34,15 @@ def status_command(ctx: click.Context, as_json: bool, local: bool | None) -> Non
         r["alive"] = rundir.record_alive(spool.run, r, default_host_id(), wall_us())
     held = permits.holdings(spool)
     if as_json:
-        click.echo(json.dumps(with_permits(spool.run, records, held), indent=1))
+        output.write(json.dumps(with_permits(spool.run, records, held), indent=1))
         return
 
     for r in records:
-        click.echo(daemon_line(r, stamp))
+        output.write(daemon_line(r, stamp))
     for pause_held in pause.active(spool, wall_us()):
-        click.echo(paused_line(pause_held.to_doc()))
+        output.write(paused_line(pause_held.to_doc()))
     for holding in held:
-        click.echo(permit_line(holding.to_doc(), stamp))
+        output.write(permit_line(holding.to_doc(), stamp))
 
 
 def with_permits(
@@ -73,10 +74,10 @@ def stats_command(ctx: click.Context, as_json: bool, local: bool | None) -> None
     stamp = stamper(local)
     doc = stats.collect(spool_of(ctx), wall_us(), default_host_id())
     if as_json:
-        click.echo(json.dumps(doc, indent=1))
+        output.write(json.dumps(doc, indent=1))
         return
 
-    click.echo(stats_text(doc, stamp))
+    output.write(stats_text(doc, stamp))
 
 
 @click.command(cls=PlainHelp, name="gc")
@@ -94,10 +95,14 @@ def gc_command(ctx: click.Context, older_than: int, dry_run: bool) -> None:
     """Prune finished tasks from done/, with their logs and keys."""
     found = retention.collect(spool_of(ctx), wall_us(), older_than, dry_run)
     verb = "would remove" if dry_run else "removed"
-    click.echo(
+    text = (
         f"{verb} {found.tasks} done task(s) in {found.days} day(s), with their logs "
         f"and {found.keys} key(s)"
     )
+    if dry_run:
+        output.write(text)
+    else:
+        output.done(text)
 
 
 @click.command(cls=PlainHelp, name="fsck")
@@ -110,11 +115,12 @@ def fsck_command(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     if not os.path.isdir(spool.root):
         raise NotFound(f"no spool at {spool.root}")
     report = fsck.check(spool, wall_us(), dry_run)
+    summary = f"fsck: {report.problems} problem(s), {report.fixed} fixed"
     if as_json:
         doc = {"problems": report.problems, "fixed": report.fixed, "findings": report.lines}
-        click.echo(json.dumps(doc, indent=1))
+        text = json.dumps(doc, indent=1)
     else:
-        for line in report.lines:
-            click.echo(line)
-        click.echo(f"fsck: {report.problems} problem(s), {report.fixed} fixed")
+        text = "\n".join([*report.lines, summary])
+    # Its status says what remains wrong, printed or not; what it fixed stays fixed.
+    output.done(text, summary)
     ctx.exit(errors.fsck_status(report.problems, report.fixed))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
+from typing import BinaryIO
 
 import click
 
-from taskq.errors import BadInput
+from taskq.cli import output
+from taskq.errors import BadInput, NotFound
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool
 
@@ -15,7 +18,35 @@ def spool_of(ctx: click.Context) -> Spool:
     spool = Spool(ctx.obj["spool"])
     if os.path.exists(spool.root) and not os.path.isdir(spool.root):
         raise BadInput(f"spool {ctx.obj['spool']} is not a directory")
-    spool.warn = lambda message: click.echo(f"taskq: warning: {message}", err=True)
+    spool.warn = lambda message: output.complain(f"warning: {message}")
+    return spool
+
+
+def stdin(what: str) -> BinaryIO:
+    """Standard input, for option `what` to read; BadInput if the caller closed it."""
+    if sys.stdin is None:
+        raise BadInput(f"{what}: standard input is closed")
+    return sys.stdin.buffer
+
+
+def read_stdin(what: str, limit: int) -> bytes:
+    """At most limit + 1 bytes of standard input (so that more than limit shows)."""
+    try:
+        return stdin(what).read(limit + 1)
+    except OSError as e:
+        raise BadInput(f"{what}: cannot read standard input: {e.strerror}") from None
+
+
+def existing_spool(ctx: click.Context) -> Spool:
+    """The spool of a command that changes it but does not create it: NotFound if none.
+
+    Only submit, schedule add and daemon make a spool (taskq(1), --spool): a mistyped
+    --spool must not become a new, empty spool that no daemon serves.
+    """
+    spool = spool_of(ctx)
+    if not os.path.isdir(spool.root):
+        raise NotFound(f"no spool at {spool.root} (taskq submit or taskq daemon makes one)")
+    init_spool(spool)  # a spool of an older version may lack the directory this one needs
     return spool
 
 

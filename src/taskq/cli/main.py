@@ -17,6 +17,7 @@ from typing import ClassVar, NoReturn
 import click
 
 from taskq import __version__, errors
+from taskq.cli import output
 from taskq.cli.params import PlainGroup
 from taskq.errors import TaskqError
 from taskq.spool import fsutil
@@ -65,7 +66,7 @@ class _Group(PlainGroup):
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     """--version, as click.version_option prints it (which costs start-up time to build)."""
     if value and not ctx.resilient_parsing:
-        click.echo(f"taskq, version {__version__}")
+        output.write(f"taskq, version {__version__}")
         ctx.exit()
 
 
@@ -94,6 +95,7 @@ def cli(ctx: click.Context, spool: str | None) -> None:
 
 def main() -> NoReturn:
     """Run the CLI and exit with its status."""
+    output.hold_stdio()
     sys.exit(_run())
 
 
@@ -102,19 +104,20 @@ def _run() -> int:
     try:
         status = cli.main(prog_name="taskq", standalone_mode=False)  # or ctx.exit's status
     except click.Abort:
-        click.echo("taskq: aborted", err=True)
+        output.complain("aborted")
         return errors.EX_FAILURE
     except click.ClickException as e:
-        click.echo(f"taskq: {e.format_message()}", err=True)
         value_error = isinstance(e, click.BadParameter)  # one line names the option
         if isinstance(e, click.UsageError) and e.ctx is not None and not value_error:
-            click.echo(f"Try '{e.ctx.command_path} --help' for help.", err=True)
+            output.complain(f"{e.format_message()}\nTry '{e.ctx.command_path} --help' for help.")
+        else:
+            output.complain(e.format_message())
         return e.exit_code
     except TaskqError as e:
-        click.echo(f"taskq: {e}", err=True)
+        output.complain(str(e))
         return e.exit_status
     except OSError as e:
         err = fsutil.as_taskq_error(e, str(e.filename or "I/O error"))
-        click.echo(f"taskq: {err}", err=True)
+        output.complain(str(err))
         return err.exit_status
     return status if isinstance(status, int) else errors.EX_OK

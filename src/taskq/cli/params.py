@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from taskq.cli import output
 from taskq.client import request
 from taskq.errors import BadInput
 from taskq.spool.task import check_queue
@@ -191,7 +192,7 @@ DIRECTORY = _DirectoryName()
 
 def _show_help(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        click.echo(ctx.get_help(), color=ctx.color)
+        output.write(ctx.get_help())
         ctx.exit()
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from taskq.cli.common import init_spool, spool_of
+from taskq.cli import output
+from taskq.cli.common import existing_spool
 from taskq.cli.params import PlainHelp
 from taskq.client import request
 from taskq.errors import BadInput
@@ -29,11 +30,12 @@ def pause_command(ctx: click.Context, queues: tuple[str, ...], until: str | None
     if when is not None and when <= now:
         raise BadInput(f"--until {until} is not in the future")
     names = [check_queue(q) for q in queues]
-    spool = spool_of(ctx)
-    init_spool(spool)
+    spool = existing_spool(ctx)
+    lines = []
     for held in pause.pause(spool, names, when, now):
         shown = "until resumed" if held.until is None else f"until {format_iso(held.until)}"
-        click.echo(f"paused {held.queue} {shown}")
+        lines.append(f"paused {held.queue} {shown}")
+    output.done("\n".join(lines))
 
 
 @click.command(cls=PlainHelp, name="resume")
@@ -42,6 +44,5 @@ def pause_command(ctx: click.Context, queues: tuple[str, ...], until: str | None
 def resume_command(ctx: click.Context, queues: tuple[str, ...]) -> None:
     """Start the queues' tasks again; they drain through the usual fair scheduling."""
     names = [check_queue(q) for q in queues]
-    pause.resume(spool_of(ctx), names)
-    for name in names:
-        click.echo(f"resumed {name}")
+    pause.resume(existing_spool(ctx), names)
+    output.done("\n".join(f"resumed {name}" for name in names))

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any
 
 import click
 
-from taskq.cli import schedule_asked
+from taskq.cli import output, schedule_asked
+from taskq.cli.common import init_spool, read_stdin, spool_of
 from taskq.cli.params import DURATION, ENV_VAR, POSITIVE_DURATION, PlainGroup
 from taskq.client import request
 from taskq.errors import BadInput, CorruptFile
@@ -33,7 +33,6 @@ from taskq.schedules.store import (
     check_name,
 )
 from taskq.schedules.view import describe, detail
-from taskq.spool import fsutil
 from taskq.spool.layout import Spool
 from taskq.spool.task import (
     DEFAULT_MAX_ATTEMPTS,
@@ -60,7 +59,12 @@ def _now() -> int:
 
 
 def _echo(as_json: bool, doc: Any, text: str) -> None:
-    click.echo(json.dumps(doc, indent=1) if as_json else text)
+    output.write(json.dumps(doc, indent=1) if as_json else text)
+
+
+def _done(as_json: bool, doc: Any, text: str) -> None:
+    """What a change of a schedule did, once durable (output.done)."""
+    output.done(json.dumps(doc, indent=1) if as_json else text, text)
 
 
 @click.group(cls=PlainGroup)
@@ -166,15 +170,15 @@ def add(ctx: click.Context, /, **opts: Any) -> None:
     now = _now()
     name = check_name(opts["name"])
     sched = _build(opts, now)
-    store = _store(ctx)
-    _init(store)
+    store = Store(spool_of(ctx))
+    init_spool(store.spool)  # it submits its first occurrence: it makes the spool as submit does
     if opts["replace"]:
         materialise.retire(store, name, now)
     replaced = store.create(sched, opts["replace"])
     store.log(name, "replaced" if replaced else "added", now)
     nxt = _first_pass(store, sched, now)
     doc = {"name": name, "replaced": replaced, **nxt}
-    _echo(opts["as_json"], doc, f"{name}: next run {nxt['next'] or 'never'}")
+    _done(opts["as_json"], doc, f"{name}: next run {nxt['next'] or 'never'}")
 
 
 def _local_zone(for_cron: bool) -> str:
@@ -236,14 +240,7 @@ def _build(opts: dict[str, Any], now: int) -> Schedule:
 
 
 def _stdin() -> bytes:
-    return request.payload("standard input", sys.stdin.buffer.read(MAX_STDIN + 1))
-
-
-def _init(store: Store) -> None:
-    try:
-        store.spool.init()
-    except OSError as e:
-        raise fsutil.as_taskq_error(e, f"cannot create spool {store.spool.root}") from None
+    return request.payload("standard input", read_stdin("--stdin", MAX_STDIN))
 
 
 def _first_pass(store: Store, sched: Schedule, now: int) -> dict[str, Any]:
@@ -271,9 +268,9 @@ def ls_(ctx: click.Context, as_json: bool) -> None:
     store, now = _store(ctx), _now()
     rows = [_summary(store, name, now) for name in store.names()]
     if as_json:
-        click.echo(json.dumps(rows, indent=1))
+        output.write(json.dumps(rows, indent=1))
     elif rows:
-        click.echo(_table(rows))
+        output.write(_table(rows))
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -316,7 +313,7 @@ def show(ctx: click.Context, name: str, as_json: bool) -> None:
 
     store = _store(ctx)
     doc = detail(store, name, _now())
-    click.echo(json.dumps(doc, indent=1) if as_json else describe(doc))
+    output.write(json.dumps(doc, indent=1) if as_json else describe(doc))
 
 
 @schedule.command(name="next")
@@ -353,7 +350,7 @@ def pause(ctx: click.Context, name: str, as_json: bool) -> None:
     store.with_paused(name, True, now)
     store.log(name, "paused", now)
     store.spool.ring()
-    _echo(as_json, {"name": name, "paused": True}, f"paused {name}")
+    _done(as_json, {"name": name, "paused": True}, f"paused {name}")
 
 
 @schedule.command()
@@ -367,7 +364,7 @@ def resume(ctx: click.Context, name: str, as_json: bool) -> None:
     store.log(name, "resumed", now)
     nxt = _first_pass(store, sched, now)
     doc = {"name": name, "paused": False, **nxt}
-    _echo(as_json, doc, f"resumed {name}: next run {nxt['next']}")
+    _done(as_json, doc, f"resumed {name}: next run {nxt['next']}")
 
 
 for _command in (schedule_asked.run, schedule_asked.skip, schedule_asked.backfill):
@@ -386,4 +383,4 @@ def rm(ctx: click.Context, name: str, as_json: bool) -> None:
     cancelled = materialise.retire(store, name, now)
     store.remove(name)
     doc = {"name": name, "cancelled": cancelled}
-    _echo(as_json, doc, f"removed {name}" + "".join(f"; cancelled {t}" for t in cancelled))
+    _done(as_json, doc, f"removed {name}" + "".join(f"; cancelled {t}" for t in cancelled))

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from taskq.cli.common import init_spool, spool_of
+from taskq.cli import output
+from taskq.cli.common import init_spool, read_stdin, spool_of, stdin
 from taskq.cli.params import DIRECTORY, DURATION, ENV_VAR, FILE, POSITIVE_DURATION, PlainHelp
 from taskq.client import environment, limits, request
 from taskq.client.submit import submit as submit_one
@@ -29,6 +29,7 @@ from taskq.spool.task import (
     MAX_PRIORITY,
     MAX_STDIN,
     TaskBody,
+    TaskName,
     check_id,
     check_mutex,
     check_queue,
@@ -193,7 +194,7 @@ def submit_command(ctx: click.Context, /, **opts: Any) -> None:
         results = submit_batch(spool, bodies)
     replaced = None if policy is None else policy.replaced
     if replaced is not None:
-        click.echo(f"taskq: replaced pending task {replaced}", err=True)
+        output.complain(f"replaced pending task {replaced}")
     if opts["as_json"]:
         docs = (
             {"id": n.id, "created": c, "run_at": format_iso(n.run_at)}
@@ -203,7 +204,15 @@ def submit_command(ctx: click.Context, /, **opts: Any) -> None:
         lines = [json.dumps(doc) for doc in docs]
     else:
         lines = [name.id for name, _ in results]
-    click.echo("\n".join(lines))  # one write for a batch's ids, not one per line
+    output.done("\n".join(lines), _submitted(results))  # one write for a batch's ids
+
+
+def _submitted(results: list[tuple[TaskName, bool]]) -> str:
+    """What a submit did, for standard error when its ids cannot be printed."""
+    if len(results) == 1:
+        name, created = results[0]
+        return f"submitted {name.id}" if created else f"found {name.id} by its key"
+    return f"submitted {len(results)} tasks, {results[0][0].id} to {results[-1][0].id}"
 
 
 def _key_policy(opts: dict[str, Any]) -> KeyPolicy | None:
@@ -232,15 +241,14 @@ def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:
     for option, value in given:
         if value is not None:
             raise BadInput(f"{option} does not go with --batch; give it per line")
+    defaults = _request(opts, now)
     try:
         if opts["batch"] == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(opts["batch"], "rb") as f:
-                data = f.read()
+            return batch.parse(batch.lines(stdin("--batch -")), defaults, now)
+        with open(opts["batch"], "rb") as f:
+            return batch.parse(batch.lines(f), defaults, now)
     except OSError as e:
         raise BadInput(f"cannot read --batch {opts['batch']}: {e.strerror}") from None
-    return batch.parse(data, _request(opts, now), now)
 
 
 def _request(opts: dict[str, Any], now: int) -> request.Request:
@@ -281,4 +289,4 @@ def _after_ids(values: tuple[str, ...]) -> list[str]:
 
 
 def _read_stdin() -> bytes:
-    return request.payload("standard input", sys.stdin.buffer.read(MAX_STDIN + 1))
+    return request.payload("standard input", read_stdin("--stdin", MAX_STDIN))

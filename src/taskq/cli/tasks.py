@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from taskq import errors
-from taskq.cli import lspool
+from taskq.cli import lspool, output
 from taskq.cli.common import spool_of
 from taskq.cli.params import DURATION, POSITIVE_DURATION, PlainHelp
 from taskq.cli.render import describe, detail, env_lines
 from taskq.cli.timefmt import stamper, time_format, when_of
 from taskq.client import operations, request
-from taskq.errors import BadInput, Conflict, NotFound, WaitTimeout
+from taskq.errors import BadInput, Conflict, NotFound, Unprinted, WaitTimeout
 from taskq.observe import watch
 from taskq.spool import byid, deps, journal, listing
 from taskq.spool.drop import Request
@@ -77,16 +77,17 @@ def ls_command(
     stamper(local)  # a bad TASKQ_TIMEFMT is refused before anything is listed
 
     def write(text: str) -> None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        output.write(text, end="")
 
     try:
         if key is None:
             lspool.write_jobs(spool, flt, lines, write)
         else:
             lspool.write_rows(listing.by_key(spool, key, flt), flt, lines, write)
-    except BrokenPipeError:  # `taskq ls | head`: the reader has all it wants
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except Unprinted as e:
+        if e.errno != errno.EPIPE:
+            raise
+        # `taskq ls | head`: the reader has all it wants
 
 
 @click.command(cls=PlainHelp, name="show")
@@ -115,17 +116,17 @@ def show_command(
             doc = {"status": 0, "id": task_id}  # filed since the first look: look again
         if doc.get("state") == "submitted":  # in the drop still: no daemon took it in yet
             text = f"id:        {doc['id']}\nstate:     submitted (waiting in drop/ for a daemon)"
-            click.echo(json.dumps(doc, indent=1) if as_json else text)
+            output.write(json.dumps(doc, indent=1) if as_json else text)
             return
         found, body = byid.load(spool, str(member.answered(doc)["id"]))  # its key's task
     if env:
-        click.echo(json.dumps(body.env, indent=1) if as_json else env_lines(body.env))
+        output.write(json.dumps(body.env, indent=1) if as_json else env_lines(body.env))
         return
     doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))
     if body.after:
         states = deps.states_of(spool, body.after)
         doc["after"] = [{"id": i, "state": states.get(i, "gone")} for i in body.after]
-    click.echo(json.dumps(doc, indent=1) if as_json else describe(doc, stamp))
+    output.write(json.dumps(doc, indent=1) if as_json else describe(doc, stamp))
 
 
 @click.command(cls=PlainHelp, name="logs")
@@ -142,10 +143,7 @@ def logs_command(ctx: click.Context, task_id: str, attempt: int | None, follow: 
     spool = spool_of(ctx)
     log_dir = spool.log_dir(task_id)
 
-    def write(data: bytes) -> None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-
+    write = output.write_bytes
     if follow:
         watch.follow(spool, task_id, attempt, write)
         return
@@ -195,9 +193,10 @@ def cancel_command(ctx: click.Context, task_id: str, ask_timeout: int) -> None:
         found = operations.cancel(spool, task_id)
         state, task_id = found.state, found.name.id
     if state in ("running", "cancelling"):
-        click.echo(f"cancelling {task_id} (running: its daemon stops it, TERM then KILL)")
+        text = f"cancelling {task_id} (running: its daemon stops it, TERM then KILL)"
+        output.done(text, f"cancelling {task_id} (running)")
     else:
-        click.echo(f"cancelled {task_id}")
+        output.done(f"cancelled {task_id}")
 
 
 @click.command(cls=PlainHelp, name="reschedule")
@@ -225,7 +224,7 @@ def reschedule_command(
         name = _named(doc)
     else:
         name = operations.reschedule(spool, task_id, run_at)
-    click.echo(f"rescheduled {name.id} to {stamp(name.run_at)}")
+    output.done(f"rescheduled {name.id} to {stamp(name.run_at)}")
 
 
 def _named(doc: dict[str, Any]) -> TaskName:
@@ -257,7 +256,7 @@ def retry_command(
         name = _named(_ask(spool, Request("retry", check_id(task_id), run_at), ask_timeout))
     else:
         name = operations.retry(spool, task_id, run_at)
-    click.echo(f"retrying {name.id} as attempt {name.attempt} at {stamp(name.run_at)}")
+    output.done(f"retrying {name.id} as attempt {name.attempt} at {stamp(name.run_at)}")
 
 
 @click.command(cls=PlainHelp, name="wait")
@@ -287,7 +286,7 @@ def wait_command(
             click.echo(json.dumps(doc))
             continue
         shown = f" (exit status {status})" if how == "failed" and status is not None else ""
-        click.echo(f"{found.name.id} {how}{shown}")
+        output.done(f"{found.name.id} {how}{shown}")  # the exit status says it, printed or not
     if len(results) < len(set(check_id(t) for t in task_ids)):
         raise WaitTimeout("wait timed out")
     ctx.exit(errors.wait_status(results))

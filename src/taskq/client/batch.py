@@ -17,13 +17,18 @@ import base64
 import binascii
 import json
 import math
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
 
 from taskq.client import request
 from taskq.client.request import Request
 from taskq.errors import BadInput
-from taskq.spool.task import MAX_PRIORITY, TaskBody, check_mutex, check_queue
+from taskq.spool.task import MAX_BODY, MAX_PRIORITY, TaskBody, check_mutex, check_queue
 from taskq.times.timespec import MAX_DURATION, SECOND, parse_duration
+
+# A line's JSON may spell each character of a body as a six-byte escape
+# (\u0061 for "a"), so no longer line can make a task file within MAX_BODY.
+MAX_LINE = 6 * MAX_BODY
 
 FIELDS = frozenset(
     {
@@ -45,10 +50,23 @@ FIELDS = frozenset(
 )
 
 
-def parse(data: bytes, defaults: Request, now: int) -> list[TaskBody]:
+def lines(f: BinaryIO) -> Iterator[bytes]:
+    """The lines of f, each of MAX_LINE bytes at most; BadInput at a longer one.
+
+    The bound keeps a stream without newlines (a device, a runaway pipe)
+    from filling memory: no longer line makes a task file within MAX_BODY.
+    """
+    for number, line in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
+        if len(line) > MAX_LINE:
+            raise BadInput(f"batch line {number}: longer than {MAX_LINE} bytes")
+        yield line
+
+
+def parse(data: bytes | Iterable[bytes], defaults: Request, now: int) -> list[TaskBody]:
     """Turn NDJSON into bodies, each line over defaults; BadInput names the bad line."""
     bodies = []
-    for number, line in enumerate(data.splitlines(), 1):
+    rows = data.split(b"\n") if isinstance(data, bytes) else data
+    for number, line in enumerate(rows, 1):
         if not line.strip():
             continue
         try:

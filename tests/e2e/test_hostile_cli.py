@@ -1,0 +1,73 @@
+"""The second hostile test: commands that never harm the host, never lie and never hang.
+
+Regression tests for issue 29's findings, each through the real CLI or a
+real daemon, in the issue's order. The daemon's path options (--pidfile,
+--metrics-file, --log-file, the spool) are tests/faults/test_daemon_paths.py;
+standard streams closed or full, tests/faults/test_fuzz_stdio.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import TASKQ, Taskq
+
+
+def one_line_error(proc: subprocess.CompletedProcess[bytes], status: int) -> str:
+    text = proc.stderr.decode()
+    assert proc.returncode == status, text
+    assert text.startswith("taskq: ") and text.count("\n") == 1, text
+    return text
+
+
+# -- 6. only submit and daemon make a spool -----------------------------------
+
+
+@pytest.mark.parametrize("argv", [["pause", "q1"], ["resume", "q1"]], ids=str)
+def test_a_mistyped_spool_is_not_made_by_pause_or_resume(tmp_path: Path, argv: list[str]) -> None:
+    tq = Taskq(tmp_path / "typo" / "spool")
+    proc = tq.run(*argv, check=False)
+    assert "no spool at" in one_line_error(proc, 3)
+    assert not (tmp_path / "typo").exists()
+
+
+# -- 15. standard input closed -------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["--stdin", "--", "cat"], ["--batch", "-"]], ids=str)
+def test_a_closed_stdin_is_bad_input_not_a_traceback(tq: Taskq, argv: list[str]) -> None:
+    tq.submit("--in", "1h", "--", "true")
+    before = sorted(p.name for p in (tq.spool / "pending").rglob("*"))
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
+    proc = subprocess.run(
+        ["sh", "-c", 'exec "$@" <&-', "sh", *TASKQ, "submit", *argv],
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
+    assert "standard input is closed" in one_line_error(proc, 2)
+    assert sorted(p.name for p in (tq.spool / "pending").rglob("*")) == before
+
+
+def test_a_batch_without_newlines_is_refused_not_read_for_ever(tq: Taskq) -> None:
+    """A stream with no end and no newline (a device, a runaway pipe) cannot fill memory."""
+    proc = subprocess.Popen(
+        [*TASKQ, "submit", "--batch", "-"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TASKQ_SPOOL": str(tq.spool)},
+    )
+    assert proc.stdin is not None and proc.stderr is not None
+    chunk = b" " * (1 << 20)
+    with contextlib.suppress(BrokenPipeError):  # it stopped reading: refused
+        for _ in range(64):  # 64 MiB, past the longest line a task file can come from
+            proc.stdin.write(chunk)
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+    with proc.stderr:
+        assert b"batch line 1: longer than" in proc.stderr.read()
+    assert proc.wait(60) == 2
