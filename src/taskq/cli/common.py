@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from typing import BinaryIO
 
@@ -14,10 +15,22 @@ from taskq.spool import fsutil
 from taskq.spool.layout import Spool
 
 
+def check_spool_path(ctx: click.Context) -> str:
+    """--spool, if it names a directory (or a link to one) or nothing yet; BadInput if not."""
+    root: str = ctx.obj["spool"]
+    try:
+        mode = os.stat(root).st_mode
+    except FileNotFoundError:
+        return root
+    except OSError as e:
+        raise fsutil.as_taskq_error(e, f"spool {root}") from None
+    if not stat.S_ISDIR(mode):
+        raise BadInput(f"spool {root} is {fsutil.kind(mode)}, not a directory")
+    return root
+
+
 def spool_of(ctx: click.Context) -> Spool:
-    spool = Spool(ctx.obj["spool"])
-    if os.path.exists(spool.root) and not os.path.isdir(spool.root):
-        raise BadInput(f"spool {ctx.obj['spool']} is not a directory")
+    spool = Spool(check_spool_path(ctx))
     spool.warn = lambda message: output.complain(f"warning: {message}")
     return spool
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import click
 
-from taskq.cli.common import init_spool
+from taskq.cli.common import check_spool_path, init_spool
 from taskq.cli.params import (
     DURATION,
-    FILE,
     LISTEN,
     LOAD_LIMIT,
+    OUTPUT_FILE,
     POSITIVE_DURATION,
     QUEUE_LIMIT,
     PlainHelp,
@@ -159,13 +159,13 @@ from taskq.times.timespec import parse_duration
 @click.option(
     "--pidfile",
     metavar="FILE",
-    type=FILE,
+    type=OUTPUT_FILE,
     help="Write the pid to FILE and hold FILE.lock: a second daemon with it refuses to start.",
 )
 @click.option(
     "--log-file",
     metavar="FILE",
-    type=FILE,
+    type=OUTPUT_FILE,
     help="Append log lines to FILE (SIGHUP reopens it) instead of stderr.",
 )
 @click.option(
@@ -179,8 +179,9 @@ from taskq.times.timespec import parse_duration
 @click.option(
     "--metrics-file",
     metavar="FILE",
-    type=FILE,
-    help="Write Prometheus metrics to FILE every few seconds (a node_exporter textfile).",
+    type=OUTPUT_FILE,
+    help="Write Prometheus metrics to FILE (named *.prom) every few seconds (a node_exporter "
+    "textfile).",
 )
 @click.option(
     "--metrics-listen",
@@ -212,12 +213,14 @@ def daemon_command(ctx: click.Context, /, **opts: Any) -> None:
         metrics_listen=opts["metrics_listen"],
     )
     cfg.check()
-    spool = Spool(ctx.obj["spool"])  # what it skips goes to its log
+    spool = Spool(check_spool_path(ctx))  # what it skips goes to its log
     init_spool(spool)
     log_file = os.path.abspath(opts["log_file"]) if opts["log_file"] else None
     syslog = opts["detach"] and log_file is None
     if syslog and not os.path.exists("/dev/log"):
         raise BadInput("--detach needs --log-file here: there is no /dev/log for syslog")
+    if log_file is not None:
+        logsetup.check_log_file(log_file)
     pidfile = PidFile(opts["pidfile"]) if opts["pidfile"] else None
     if pidfile is not None:
         pidfile.check()  # refuse in the foreground, where the message is seen
@@ -258,6 +261,8 @@ def _metrics_file(path: str | None) -> str | None:
     if path is None:
         return None
     full = os.path.abspath(path)
+    if not full.endswith(".prom"):  # node_exporter's textfile collector reads no other name
+        raise BadInput(f"--metrics-file {path}: the name must end in .prom")
     directory = os.path.dirname(full)
     if not os.path.isdir(directory):
         raise BadInput(f"--metrics-file {path}: no directory {directory}")

@@ -15,6 +15,7 @@ import click
 from taskq.cli import output
 from taskq.client import request
 from taskq.errors import BadInput
+from taskq.spool import fsutil
 from taskq.spool.task import check_queue
 from taskq.times.timespec import parse_duration
 
@@ -177,6 +178,27 @@ class _FileName(_Type):
         return value
 
 
+class _OutputFile(_Type):
+    """A file the daemon writes outside the spool (--pidfile, --log-file, --metrics-file).
+
+    Refused when something but a regular file stands at the name (a device,
+    a FIFO, a socket, a directory, a symbolic link: `--pidfile /dev/null`
+    must never replace /dev/null), or when its directory does not exist.
+    The daemon checks again when it writes (fsutil.open_append, PidFile).
+    """
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        found = fsutil.not_regular(value)
+        if found is not None:
+            self.fail(f"{_option(param)} {value}: {found}, not a regular file", param, ctx)
+        directory = os.path.dirname(os.path.abspath(value))
+        if not os.path.isdir(directory):
+            self.fail(f"{_option(param)} {value}: no directory {directory}", param, ctx)
+        return value
+
+
 class _DirectoryName(_Type):
     """A directory's name, passed on as given: the command checks it (request.directory)."""
 
@@ -187,6 +209,7 @@ class _DirectoryName(_Type):
 
 
 FILE = _FileName()
+OUTPUT_FILE = _OutputFile()
 DIRECTORY = _DirectoryName()
 
 

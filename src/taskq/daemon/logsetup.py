@@ -4,8 +4,11 @@ One line per event. To stderr by default: plain ("taskq[PID]: message"),
 or with a syslog priority prefix ("<6>message") when stderr is systemd's
 journal stream (JOURNAL_STREAM names its device and inode), since journald
 adds the time and pid itself. With --log-file, to that file, with a time;
-SIGHUP reopens it, so logrotate can move it away. Detached without a log
-file, to syslog (/dev/log).
+SIGHUP reopens it, so logrotate can move it away; a reopen that fails
+(its directory removed) is a warning in the file still open, never the
+end of the daemon. The file is never a device, a FIFO or a link (opening
+a FIFO with no reader would block the daemon before its first line).
+Detached without a log file, to syslog (/dev/log).
 """
 
 from __future__ import annotations
@@ -14,6 +17,10 @@ import logging
 import logging.handlers
 import os
 import sys
+from typing import TextIO
+
+from taskq.errors import BadInput
+from taskq.spool import fsutil
 
 PRIORITIES = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3}
 
@@ -23,6 +30,38 @@ class JournalFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return f"<{PRIORITIES.get(record.levelno, 2)}>{record.getMessage()}"
+
+
+class LogFile(logging.StreamHandler):  # type: ignore[type-arg]
+    """--log-file: appended to; reopened by name on SIGHUP, keeping the old one if that fails."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(self._open(path))
+
+    @staticmethod
+    def _open(path: str) -> TextIO:
+        fd = fsutil.open_append(path, 0o666)  # as open() would: the umask decides
+        return os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
+
+    def reopen(self) -> str | None:
+        """Open FILE afresh (logrotate moved it away); why not, if it cannot be opened."""
+        try:
+            stream = self._open(self.path)
+        except OSError as e:
+            return e.strerror or str(e)
+        old = self.setStream(stream)
+        if old is not None:
+            old.close()
+        return None
+
+
+def check_log_file(path: str) -> None:
+    """Open (creating) and close the log file, so that a bad one is refused before detaching."""
+    try:
+        os.close(fsutil.open_append(path, 0o666))
+    except OSError as e:
+        raise BadInput(f"--log-file {path}: {e.strerror or e}") from None
 
 
 def under_journal() -> bool:
@@ -39,7 +78,7 @@ def setup(log_file: str | None = None, syslog: bool = False) -> logging.Handler:
     """Send the taskq logger's records where they belong; return the handler."""
     handler: logging.Handler
     if log_file is not None:
-        handler = logging.FileHandler(log_file, delay=True)
+        handler = LogFile(log_file)
         handler.setFormatter(
             logging.Formatter("%(asctime)s taskq[%(process)d]: %(message)s", "%Y-%m-%dT%H:%M:%S%z")
         )
@@ -79,7 +118,15 @@ def fatal(e: BaseException) -> None:
 
 
 def reopen(handler: logging.Handler) -> None:
-    """Reopen a log file (after SIGHUP): the next line opens it afresh."""
-    if isinstance(handler, logging.FileHandler):
-        handler.close()  # with delay=True, emit() opens the file again by name
-        logging.getLogger("taskq").info("SIGHUP: reopened the log file")
+    """Reopen a log file (after SIGHUP); if it cannot be, say so and keep the old one."""
+    if isinstance(handler, LogFile):
+        why = handler.reopen()
+        log = logging.getLogger("taskq")
+        if why is None:
+            log.info("SIGHUP: reopened the log file")
+        else:
+            log.warning(
+                "SIGHUP: cannot reopen the log file %s: %s; still writing to the one open",
+                handler.path,
+                why,
+            )

@@ -9,7 +9,9 @@ interpreter's lock against the loop. The same thread then writes the node_export
 (--metrics-file): rendered by prometheus_client, written to a temporary
 name beside it and renamed over it, so a reader sees the old file or the
 new one, never half of one. It is mode 0644: node_exporter runs as
-another user. With --metrics-listen, an HTTP server of prometheus_client's WSGI app
+another user; a device, FIFO or link put at its name since the daemon
+started is left alone, with a warning. With --metrics-listen, an HTTP server
+of prometheus_client's WSGI app
 answers scrapes from its own thread, rendering the same figures; a scrape
 never counts.
 """
@@ -17,6 +19,7 @@ never counts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -139,6 +142,9 @@ def _replace(path: str, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), MODE)
             f.write(data)
+        found = fsutil.not_regular(path)  # the option was checked; this is what is there now
+        if found is not None:
+            raise fsutil.NotRegularFile(errno.EINVAL, f"{found}, not a regular file", path)
         os.rename(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -270,6 +270,63 @@ def listdir(path: str, follow: bool = False) -> list[str]:
         os.close(fd)
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def kind(mode: int) -> str:
+    """What a file of this st_mode is, for a message: "a FIFO", "a regular file"..."""
+    return next((name for test, name in _KINDS if test(mode)), "a regular file")
+
+
+def not_regular(path: str) -> str | None:
+    """What stands at path when it is not a regular file ("a FIFO"...); None if one, or nothing.
+
+    A symbolic link counts as what it is, a link: the daemon's own files
+    (pidfile, log, metrics) are never written through one.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    return None if stat.S_ISREG(mode) else kind(mode)
+
+
+class NotRegularFile(OSError):
+    """A device, FIFO, socket, directory or link where taskq writes a file of its own."""
+
+
+def open_append(path: str, mode: int = 0o644) -> int:
+    """Open a regular file to append to, creating it: never through a link, never blocking.
+
+    O_NONBLOCK keeps a FIFO with no reader from stopping the daemon in
+    open() (where SIGTERM's handler can only set a flag); anything but a
+    regular file is NotRegularFile, and nothing was written to it.
+    """
+    found = not_regular(path)  # before open(): opening a device can do things (a tape rewinds)
+    if found is not None:
+        raise NotRegularFile(errno.EINVAL, f"{found}, not a regular file", path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as e:
+        found = not_regular(path) if e.errno in (errno.ELOOP, errno.ENXIO) else None
+        if found is None:
+            raise
+        raise NotRegularFile(errno.EINVAL, f"{found}, not a regular file", path) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotRegularFile(errno.EINVAL, f"{kind(st.st_mode)}, not a regular file", path)
+    return fd
+
+
 def read_small(path: str, limit: int) -> tuple[bytes, os.stat_result]:
     """Read a small spool file that anyone may have planted: never block, never follow.
 
