@@ -100,11 +100,18 @@ def wait_status(ends: Sequence[tuple[str, int | None]]) -> int:
     """taskq wait's status, from how each task ended: (state, its last exit status).
 
     All done: 0. One task that did not: its last exit status if it failed
-    (1 if it has none), 120 if cancelled, 121 if expired. Several: 1.
+    (1 if it has none), 120 if cancelled, 121 if expired, 3 if it left the
+    spool without ending (quarantined, removed: as a wait begun after).
+    Several: 1.
     """
     if len(ends) == 1:
         how, status = ends[0]
-        codes = {"done": EX_OK, "cancelled": EX_WAIT_CANCELLED, "expired": EX_WAIT_EXPIRED}
+        codes = {
+            "done": EX_OK,
+            "cancelled": EX_WAIT_CANCELLED,
+            "expired": EX_WAIT_EXPIRED,
+            "gone": EX_NOTFOUND,
+        }
         return codes.get(how, status or EX_FAILURE)
     return EX_OK if all(how == "done" for how, _ in ends) else EX_FAILURE
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TASKQ, Taskq
+from conftest import TASKQ, Daemon, Taskq, wait_for
+
+StartDaemon = Callable[..., Daemon]
 
 
 def one_line_error(proc: subprocess.CompletedProcess[bytes], status: int) -> str:
@@ -71,3 +74,58 @@ def test_a_batch_without_newlines_is_refused_not_read_for_ever(tq: Taskq) -> Non
     with proc.stderr:
         assert b"batch line 1: longer than" in proc.stderr.read()
     assert proc.wait(60) == 2
+
+
+# -- 13. wait ends for a task that can never end --------------------------------
+
+
+def _waiting(tq: Taskq, task_id: str) -> subprocess.Popen[bytes]:
+    """A `taskq wait` that has looked once and is watching for the task's end."""
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
+    waiter = subprocess.Popen(
+        [*TASKQ, "wait", task_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+
+    def watching() -> bool:  # its inotify watch is set up after its first look
+        assert waiter.poll() is None, waiter.communicate()
+        fds = Path(f"/proc/{waiter.pid}/fd")
+        return any("inotify" in os.readlink(fd) for fd in fds.iterdir())
+
+    wait_for(watching, 30, "the wait to begin")
+    return waiter
+
+
+def test_a_wait_begun_before_its_task_is_quarantined_ends(
+    tq: Taskq, start_daemon: StartDaemon
+) -> None:
+    task_id = tq.submit("--", "true")
+    (path,) = (tq.spool / "pending").rglob(f"*{task_id}*")
+    path.chmod(0o666)  # others could have rewritten it: the daemon must not run it
+    waiter = _waiting(tq, task_id)
+    try:
+        start_daemon()
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
+    assert waiter.returncode == 3, err
+    assert out.decode().startswith(f"{task_id} gone (quarantined: "), out
+    assert "writable by group or others" in out.decode()
+    fresh = tq.run("wait", task_id, check=False)
+    assert fresh.returncode == 3  # as a wait begun after
+
+
+def test_a_wait_begun_before_its_task_is_removed_by_hand_ends(tq: Taskq) -> None:
+    task_id = tq.submit("--in", "1h", "--", "true")
+    (path,) = (tq.spool / "pending").rglob(f"*{task_id}*")
+    waiter = _waiting(tq, task_id)
+    try:
+        path.unlink()
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
+    assert waiter.returncode == 3, err
+    assert out.decode() == f"{task_id} gone (removed)\n"

@@ -277,8 +277,12 @@ def wait_command(
 
         locate = functools.partial(byid.locate, spool)
         task_ids = tuple(member.settle(spool, t, locate, seconds).name.id for t in task_ids)
-    results = []
+    results: list[tuple[str, int | None]] = []
     for found in watch.wait(spool, list(task_ids), seconds):
+        if isinstance(found, watch.Gone):  # it will never end: quarantined, or removed
+            results.append(("gone", None))
+            output.done(f"{found.id} gone ({found.why})")
+            continue
         how, status = watch.outcome(spool, found)
         results.append((how, status))
         if as_json:

@@ -7,10 +7,12 @@ host; a follow copies an attempt's output as it grows.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
-from taskq.errors import NotFound
+from taskq.errors import CorruptFile, NotFound
 from taskq.spool import attemptfiles, byid, fsutil, journal
 from taskq.spool.layout import END_STATES, Located, Spool
 from taskq.spool.task import check_id
@@ -25,12 +27,36 @@ def ended(spool: Spool, task_id: str) -> Located | None:
     return found if found.state in END_STATES else None
 
 
-def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[Located]:
-    """Yield each task as it reaches an end state; stop at the timeout.
+class Gone(NamedTuple):
+    """An awaited task that left the spool without ending: quarantined, or removed."""
+
+    id: str
+    why: str  # "quarantined: REASON" (its .reason in corrupt/), or "removed"
+
+
+def gone(spool: Spool, task_id: str) -> Gone | None:
+    """The task's quarantine in corrupt/ (named TIME_TASKNAME there), if it has one."""
+    for entry in fsutil.listdir(spool.corrupt):
+        if task_id in entry and not entry.endswith(".reason"):
+            try:
+                data, _ = fsutil.read_small(os.path.join(spool.corrupt, entry + ".reason"), 4096)
+                reason = data.decode("utf-8", "replace").strip().partition(": ")[2]
+            except (OSError, CorruptFile):
+                reason = "no reason recorded"
+            return Gone(task_id, f"quarantined: {reason or 'no reason recorded'}")
+    return None
+
+
+def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[Located | Gone]:
+    """Yield each task as it reaches an end state, or as it leaves; stop at the timeout.
 
     Each poll looks up every id still awaited (O(1) each: byid.py); between
     polls, inotify names the ids that just ended on this host (endwatch.py),
-    and only those are looked up at once.
+    and only those are looked up at once. A task that is nowhere any more
+    was quarantined (a daemon found its file bad: found in corrupt/ at
+    once) or removed by hand (nowhere in two polls running, so that a task
+    moving back and forth while we looked is not taken for gone): it will
+    never end, and waiting for it must not last for ever.
     """
     from taskq.observe.endwatch import POLL_UNWATCHED, POLL_WATCHED, EndWatch
 
@@ -41,13 +67,14 @@ def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[L
     watch: EndWatch | None = None  # started only if the first poll leaves some to wait for
     try:
         pause, next_full, check = 0.02, 0.0, set(waiting)
+        missing: set[str] = set()  # nowhere at the last look
         while True:
             now = time.monotonic()
             if now >= next_full:  # a full poll: ends on other hosts, or unwatched
                 check, next_full = set(waiting), now + pause
                 longest = POLL_WATCHED if watch and watch.watching else POLL_UNWATCHED
                 pause = min(pause * 1.5, longest)
-            yield from _ended_of(spool, waiting, check)
+            yield from _ended_of(spool, waiting, check, missing)
             now = time.monotonic()
             if not waiting or (deadline is not None and now >= deadline):
                 return
@@ -59,9 +86,21 @@ def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[L
             watch.stop()
 
 
-def _ended_of(spool: Spool, waiting: set[str], check: set[str]) -> Iterator[Located]:
+def _ended_of(
+    spool: Spool, waiting: set[str], check: set[str], missing: set[str]
+) -> Iterator[Located | Gone]:
     for task_id in sorted(check):
-        found = ended(spool, task_id)
+        try:
+            found: Located | Gone | None = byid.locate(spool, task_id)
+        except NotFound:
+            found = gone(spool, task_id)
+            if found is None and task_id in missing:
+                found = Gone(task_id, "removed")
+            missing.add(task_id)
+        else:
+            missing.discard(task_id)
+        if isinstance(found, Located) and found.state not in END_STATES:
+            continue
         if found is not None:
             waiting.discard(task_id)
             yield found
