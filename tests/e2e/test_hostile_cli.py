@@ -129,3 +129,35 @@ def test_a_wait_begun_before_its_task_is_removed_by_hand_ends(tq: Taskq) -> None
             waiter.communicate()
     assert waiter.returncode == 3, err
     assert out.decode() == f"{task_id} gone (removed)\n"
+
+
+# -- 11. no attempt past the last whose fencing token fits 64 bits --------------
+
+LAST_ATTEMPT = 922_336
+
+
+def test_no_attempt_past_the_last_fencing_token_that_fits(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    fences = tmp_path / "fences"
+    task_id = tq.submit(
+        "--max-attempts", "2", "--", "sh", "-c", f'echo "$TASKQ_FENCE" >> {fences}; exit 1'
+    )
+    start_daemon("--retry-delay", "0")
+    tq.wait_state(task_id, ("failed",), timeout=60)
+    (path,) = (tq.spool / "failed").glob(f"*_{task_id}_2_*")
+    path.rename(path.with_name(path.name.replace(f"_{task_id}_2_", f"_{task_id}_922335_")))
+    proc = tq.run("retry", task_id)  # a fresh budget of 2, of which only one can be had
+    assert f"as attempt {LAST_ATTEMPT} " in proc.stdout.decode()
+    doc = wait_for(
+        lambda: (d := tq.show(task_id))["state"] == "failed" and d["attempt"] == LAST_ATTEMPT and d,
+        60,
+        "the last attempt to fail",
+    )
+    dead = [r for r in doc["attempts"] if r["event"] == "dead"]
+    assert dead[-1]["reason"] == f"attempt {LAST_ATTEMPT} is the last a task can have"
+    refused = tq.run("retry", task_id, check=False)
+    assert "the last a task can have" in one_line_error(refused, 4)
+    assert tq.state(task_id) == "failed"
+    tokens = [int(line) for line in fences.read_text().split()]
+    assert len(tokens) == 3 and max(tokens) < 2**63

@@ -10,7 +10,8 @@ milliseconds since the epoch. So an attempt's token is larger than that of
 every earlier attempt, whatever the hosts' clocks, and a second start of
 the same attempt number (its first claim taken over before it began) is
 larger than the first by at least the lease. It fits a signed 64-bit
-integer for attempts below 922,337.
+integer for attempts up to 922,336, the last a task can have
+(task.MAX_ATTEMPT: neither a retry nor a name read goes past it).
 
 `check` is what `taskq fence-check` asks: does this attempt still hold its
 claim? Only a claim in claimed/ of the same task and attempt, in the phase

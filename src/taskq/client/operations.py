@@ -18,7 +18,7 @@ from taskq.spool import byid, fsutil, journal, transitions
 from taskq.spool.ending import End, end_task
 from taskq.spool.faults import crash_point
 from taskq.spool.layout import END_STATES, Located, Spool
-from taskq.spool.task import TaskName, check_id
+from taskq.spool.task import MAX_ATTEMPT, TaskName, check_id
 from taskq.times.clock import wall_us
 from taskq.times.timespec import format_iso
 
@@ -176,6 +176,11 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
         if found.state != "failed":
             raise Conflict(
                 f"task {found.name.id} is {found.state}; only a failed task can be retried"
+            )
+        if found.name.attempt >= MAX_ATTEMPT:
+            raise Conflict(
+                f"task {found.name.id} is at attempt {found.name.attempt}, the last a task "
+                "can have (its TASKQ_FENCE must fit 64 bits); submit it again instead"
             )
         fields = {
             "attempt": found.name.attempt + 1,

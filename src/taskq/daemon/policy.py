@@ -4,7 +4,8 @@ Pure functions of the attempt's facts and the daemon's settings, so the
 rules can be read (and tested) in one place: a cancelled attempt is
 cancelled whatever its status; exit 0 is done; a failure with attempts left
 in its budget is retried after exponential backoff with jitter (at once if
-the attempt was lost rather than failed); otherwise it is dead-lettered. A
+the attempt was lost rather than failed); otherwise, or when the attempt
+number can grow no more (MAX_ATTEMPT), it is dead-lettered. A
 task whose deadline (--expires after its scheduled time) has passed when it
 is claimed fails as expired instead of running.
 """
@@ -15,6 +16,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from taskq.spool.task import MAX_ATTEMPT
 from taskq.times.timespec import HOUR, SECOND
 
 
@@ -61,6 +63,8 @@ def after_attempt(
         return Outcome("cancelled")
     if code == 0:
         return Outcome("done")
+    if attempt >= MAX_ATTEMPT:
+        return Outcome("failed", reason=f"attempt {attempt} is the last a task can have")
     if attempt - budget_first() + 1 < max_attempts:
         return Outcome("pending", 0 if code is None else backoff.delay(attempt, rng))
     return Outcome("failed", reason="attempts exhausted")

@@ -44,6 +44,9 @@ MAX_EXEC = 1 << 20
 MAX_EXEC_STRING = (32 << 12) - 1
 MAIL_MODES = ("failure", "always", "never")
 MAX_AFTER = 100  # dependencies one task may name
+# The last attempt number a task can have: its TASKQ_FENCE (attempt * 10**13
+# + a lease expiry in ms, client/fence.py) must fit a signed 64-bit integer.
+MAX_ATTEMPT = 922_336
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # 10 bits -> two digits
@@ -248,7 +251,10 @@ class TaskName(_Name):
         m = _TASK_NAME.fullmatch(name)
         if not m:
             raise ValueError(f"not a task file name: {name!r}")
-        return cls(parse_compact(m.group(1)), m.group(2), int(m.group(3)), m.group(4))
+        attempt = int(m.group(3))
+        if attempt > MAX_ATTEMPT:
+            raise ValueError(f"attempt {attempt} is past the last, {MAX_ATTEMPT}: {name!r}")
+        return cls(parse_compact(m.group(1)), m.group(2), attempt, m.group(4))
 
     @property
     def bucket(self) -> str:
