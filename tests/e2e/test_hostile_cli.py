@@ -9,6 +9,7 @@ standard streams closed or full, tests/faults/test_fuzz_stdio.py.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 from collections.abc import Callable
@@ -161,3 +162,42 @@ def test_no_attempt_past_the_last_fencing_token_that_fits(
     assert tq.state(task_id) == "failed"
     tokens = [int(line) for line in fences.read_text().split()]
     assert len(tokens) == 3 and max(tokens) < 2**63
+
+
+# -- 8. a MAILTO that cannot be a recipient --------------------------------------
+
+
+def test_a_mailto_with_a_newline_is_refused_at_submit(tq: Taskq) -> None:
+    proc = tq.run("submit", "--env", "MAILTO=ops\nBcc: x@example.org", "--", "true", check=False)
+    assert "cannot be a mail recipient" in one_line_error(proc, 2)
+    recorded = Taskq(tq.spool, env={"MAILTO": "ops\r\nBcc: x@example.org"})
+    proc = recorded.run("submit", "--", "true", check=False)  # recorded from the environment
+    assert "cannot be a mail recipient" in one_line_error(proc, 2)
+    assert not (tq.spool / "pending").exists() or not list((tq.spool / "pending").rglob("*_*"))
+
+
+def test_a_hand_written_mailto_with_a_newline_is_journalled_as_not_sent(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "sendmail").write_text(f"#!/bin/sh\ncat >> {tmp_path / 'mailbox'}\n")
+    (stubs / "sendmail").chmod(0o755)
+    task_id = tq.submit("--in", "1h", "--mail", "always", "--env", "MAILTO=ops", "--", "true")
+    (path,) = (tq.spool / "pending").rglob(f"*_{task_id}_*")
+    doc = json.loads(path.read_text())
+    doc["env"]["MAILTO"] = "ops\nBcc: x@example.org"  # as an operator's editor might leave it
+    tmp = path.with_name("edited")
+    tmp.write_text(json.dumps(doc))
+    tmp.chmod(0o600)
+    tmp.rename(path)
+    tq.run("reschedule", task_id, "--in", "0")
+    start_daemon(env={"PATH": f"{stubs}:{os.environ['PATH']}"})
+    tq.wait_state(task_id, ("done",), timeout=60)
+    told = wait_for(
+        lambda: [r for r in tq.show(task_id)["attempts"] if r["event"] == "told"],
+        30,
+        "a told record",
+    )
+    assert told[0]["mail"].startswith("not sent: MAILTO cannot be a mail recipient"), told
+    assert not (tmp_path / "mailbox").exists()

@@ -92,6 +92,9 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(Request))
 def accepted(body: TaskBody) -> bytes:
     """The body's file, once every limit is checked; BadInput names the first broken one."""
     _text("the working directory", body.cwd)
+    mailto = body.env.get("MAILTO")
+    if mailto and mail_problem(mailto) is not None:
+        raise BadInput(f"MAILTO {mailto!r} {mail_problem(mailto)}")
     if body.key is not None:
         _text("the key", body.key)
     exec_bytes = _env_bytes(body.env)
@@ -173,6 +176,17 @@ def check_size(env: Mapping[str, str]) -> dict[str, str]:
             "unset some variables, or give --no-env"
         )
     return dict(env)
+
+
+def mail_problem(mailto: str) -> str | None:
+    """Why MAILTO cannot name a mail recipient, or None if it can.
+
+    It goes into a To: header for `sendmail -t`: a newline there would be
+    a header of the submitter's choosing, and the mail library refuses it.
+    """
+    if not mailto.isprintable():
+        return "cannot be a mail recipient: it holds a control character"
+    return None
 
 
 def env_name(name: str) -> bool:

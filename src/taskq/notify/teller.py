@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from taskq.client.request import mail_problem
 from taskq.errors import CorruptFile
 from taskq.notify import event, mail
 from taskq.notify.event import Ended
@@ -138,6 +139,10 @@ class Teller:
         return outcome
 
     def _mail(self, to: str, doc: dict[str, object], timeout: int) -> str:
+        problem = mail_problem(to)  # a body written by hand: submit refuses such a MAILTO
+        if problem is not None:
+            log.warning("not mailing about %s: MAILTO %s", doc["id"], problem)
+            return f"not sent: MAILTO {problem}"
         sendmail = find_sendmail()
         if sendmail is None:
             log.warning("cannot mail %s about %s: no sendmail", to, doc["id"])
