@@ -201,3 +201,32 @@ def test_a_hand_written_mailto_with_a_newline_is_journalled_as_not_sent(
     )
     assert told[0]["mail"].startswith("not sent: MAILTO cannot be a mail recipient"), told
     assert not (tmp_path / "mailbox").exists()
+
+
+# -- 5. a retried dependency has not ended -----------------------------------------
+
+
+def test_tasks_after_a_retried_dependency_wait_for_its_new_end(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    gate = tmp_path / "gate"
+    dep = tq.submit("--max-attempts", "1", "--", "false")
+    other = tq.submit("--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    old = tq.submit("--after", f"{dep},{other}", "--after-any", "--", "true")
+    start_daemon("--retry-delay", "0")
+    tq.wait_state(dep, ("failed",), timeout=60)
+    assert tq.state(old) == "waiting"  # for the other one: dep's failure is marked
+    tq.run("retry", dep, "--in", "1h")
+    new_any = tq.submit("--after", dep, "--after-any", "--", "true")
+    new_ok = tq.submit("--after", dep, "--", "true")
+    assert tq.state(new_any) == "waiting" and tq.state(new_ok) == "waiting"
+    gate.touch()
+    tq.wait_state(other, ("done",), timeout=60)
+    assert tq.state(old) == "waiting"  # dep has not ended since its retry
+    tq.run("reschedule", dep, "--in", "0")
+    tq.wait_state(dep, ("failed",), timeout=60)
+    for task_id in (old, new_any):
+        tq.wait_state(task_id, ("done",), timeout=60)
+    cancelled = tq.wait_state(new_ok, ("cancelled",), timeout=60)
+    (record,) = [r for r in cancelled["attempts"] if r["event"] == "cancelled"]
+    assert record["reason"] == f"dependency {dep} failed"

@@ -187,9 +187,13 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
             "run_at": format_iso(run_at),
             "by_pid": os.getpid(),
         }
-        return _recorded_move(
+        name = _recorded_move(
             spool, found, "retried", fields, lambda: transitions.requeue(spool, found, run_at)
         )
+        from taskq.spool import deps
+
+        deps.reopen(spool, name.id)  # it has not ended any more: tasks after it wait again
+        return name
 
     result: TaskName = _with_retries(spool, task_id, act)
     return result

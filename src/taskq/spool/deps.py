@@ -49,6 +49,25 @@ class Resolved:
     waited_for: bool = False  # it was cancelled, and something waits for it in turn
 
 
+def reopen(spool: Spool, task_id: str) -> None:
+    """Take back a dependency's end marker: an operator's retry put it back in pending.
+
+    Until then the marker would say "ended" to every task submitted after
+    the retry; tasks that still wait for it (--after-any, others pending)
+    wait for its new end instead. Called after the retry's rename: a
+    submitter that looks in between is told by publish_waiting's own look
+    at the dependency's state, not by the marker.
+    """
+    directory = dep_dir(spool, task_id)
+    removed = False
+    for state in END_STATES:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, MARK + state))
+            removed = True
+    if removed:
+        fsutil.fsync_dir(directory)
+
+
 def waiters(spool: Spool, task_id: str) -> list[TaskName]:
     """The waiting tasks linked under a dependency (markers and strays skipped)."""
     out = []
@@ -70,8 +89,15 @@ def verdict(body: TaskBody, ended: dict[str, str | None]) -> tuple[str, str] | N
     return "pending", f"dependencies {how}: {', '.join(body.after)}"
 
 
-def resolve(spool: Spool, name: TaskName, now: int) -> Resolved | None:
-    """Move one waiting task on if its dependencies allow; None if it stays (or is gone)."""
+def resolve(
+    spool: Spool, name: TaskName, now: int, live: frozenset[str] = frozenset()
+) -> Resolved | None:
+    """Move one waiting task on if its dependencies allow; None if it stays (or is gone).
+
+    live names dependencies known not to have ended (a submitter just saw
+    them so): a marker of theirs is taken back (reopen) or an end being
+    recorded now, whose ender resolves this task in turn.
+    """
     path = os.path.join(spool.waiting, str(name))
     try:
         body = spool.read_body(path)
@@ -80,7 +106,8 @@ def resolve(spool: Spool, name: TaskName, now: int) -> Resolved | None:
     except (CorruptFile, OSError) as e:
         spool.quarantine(path, str(e), now)
         return None
-    found = verdict(body, {dep: marker(spool, dep) for dep in body.after})
+    ends = {dep: None if dep in live else marker(spool, dep) for dep in body.after}
+    found = verdict(body, ends)
     if found is None:
         return None
     state, reason = found
@@ -197,8 +224,9 @@ def publish_waiting(spool: Spool, tmp: str, name: TaskName, after: list[str], no
         return  # a racing publisher of this body (a key's adopter) placed it: it resolves it
     byid.point_name(spool, name)  # a lookup's hint
     fsutil.fsync_dir(spool.waiting)
-    if any(marker(spool, dep) is not None for dep in after):
-        resolve(spool, name, now)
+    live = frozenset(dep for dep in after if states[dep] not in END_STATES)
+    if any(dep not in live for dep in after):
+        resolve(spool, name, now, live)
 
 
 def _link(spool: Spool, dep: str, name: TaskName) -> None:
