@@ -57,6 +57,15 @@ def test_a_closed_stdin_is_bad_input_not_a_traceback(tq: Taskq, argv: list[str])
     assert sorted(p.name for p in (tq.spool / "pending").rglob("*")) == before
 
 
+def test_top_with_a_closed_stdin_is_bad_input_not_a_traceback(tq: Taskq) -> None:
+    tq.submit("--in", "1h", "--", "true")
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
+    proc = subprocess.run(
+        ["sh", "-c", 'exec "$@" <&-', "sh", *TASKQ, "top"], capture_output=True, env=env, timeout=60
+    )
+    assert "needs a terminal" in one_line_error(proc, 2)
+
+
 def test_a_batch_without_newlines_is_refused_not_read_for_ever(tq: Taskq) -> None:
     """A stream with no end and no newline (a device, a runaway pipe) cannot fill memory."""
     proc = subprocess.Popen(

@@ -194,7 +194,7 @@ def top(ctx: click.Context, interval: int, queues: tuple[str, ...]) -> None:
     from taskq.cli.topapp import TopApp
     from taskq.spool.task import check_queue
 
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if sys.stdin is None or sys.stdout is None or not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise BadInput("taskq top needs a terminal (try taskq stats or taskq ls)")
     spool = Spool(ctx.obj["spool"])
     if not os.path.isdir(spool.root):
