@@ -239,3 +239,37 @@ def test_tasks_after_a_retried_dependency_wait_for_its_new_end(
     cancelled = tq.wait_state(new_ok, ("cancelled",), timeout=60)
     (record,) = [r for r in cancelled["attempts"] if r["event"] == "cancelled"]
     assert record["reason"] == f"dependency {dep} failed"
+
+
+# -- 3. a hook's output is not kept whole ------------------------------------------
+
+
+def _peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_a_hook_that_prints_400_mb_costs_the_daemon_only_a_tail(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    hook = tmp_path / "hook.sh"
+    hook.write_text(
+        f"#!/bin/sh\ncat > {tmp_path}/event.json\n"
+        "yes | head -c 400000000 >&2\necho the end >&2\nexit 3\n"
+    )
+    hook.chmod(0o755)
+    tq.spool.mkdir(parents=True)
+    (tq.spool / "config.toml").write_text(f'[notify]\ncommand = ["{hook}"]\ntimeout = "5m"\n')
+    daemon = start_daemon()
+    before = _peak_rss_kib(daemon.proc.pid)
+    task_id = tq.submit("--", "true")
+    told = wait_for(
+        lambda: [r for r in tq.show(task_id)["attempts"] if r["event"] == "told"],
+        240,
+        "the hook to be told",
+    )
+    assert told[0]["hook"] == "exit 3: the end"
+    grown = _peak_rss_kib(daemon.proc.pid) - before
+    assert grown < 100_000, f"the daemon's peak RSS grew by {grown} KiB for a hook's output"

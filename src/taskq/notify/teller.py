@@ -16,10 +16,12 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import selectors
 import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +39,7 @@ from taskq.times.timespec import SECOND, format_duration
 log = logging.getLogger("taskq")
 
 BACKLOG = 10_000  # ended tasks waiting to be told, at most
+TAIL = 4096  # bytes of a hook's (or sendmail's) output kept: its last line is what is told
 MAIL_TIMEOUT = 30 * SECOND  # when [notify] sets none
 # The hook's own stdout goes to its stderr: the wrapper's stdout carries only
 # the exit status, which the daemon's loop (it reaps with waitpid(-1)) may
@@ -185,16 +188,65 @@ def run_bounded(argv: list[str], data: bytes, timeout: int) -> str:
         )
     except OSError as e:
         return f"cannot run: {e}"
-    try:
-        out, err = proc.communicate(data, timeout=timeout / SECOND)
-    except subprocess.TimeoutExpired:
+    outputs = _exchange(proc, data, time.monotonic() + timeout / SECOND)
+    if outputs is None:
         _kill_session(proc)
         return f"timed out after {format_duration(timeout)} (killed)"
+    out, err = outputs
     _reap(proc)
     status = out.decode(errors="replace").strip()
     result = f"exit {status}" if status.isdigit() else "killed"
     last = err.decode(errors="replace").strip().splitlines()[-1:]
     return result if result == "exit 0" or not last else f"{result}: {last[0][:200]}"
+
+
+def _exchange(
+    proc: subprocess.Popen[bytes], data: bytes, deadline: float
+) -> tuple[bytes, bytes] | None:
+    """Feed data to stdin; keep the last TAIL bytes of stdout and stderr; None at the deadline.
+
+    communicate() would keep all of it: a hook that wrote 400 MB took the
+    daemon from 31 MB to 2.6 GB, for a last line.
+    """
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    tails = {proc.stdout.fileno(): b"", proc.stderr.fileno(): b""}
+    view, stdin = memoryview(data), proc.stdin.fileno()
+    with selectors.DefaultSelector() as sel:
+        for fd in tails:
+            sel.register(fd, selectors.EVENT_READ)
+        if view:
+            os.set_blocking(stdin, False)
+            sel.register(stdin, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            for key, _ in sel.select(left):
+                fd = key.fd
+                if fd == stdin:
+                    view = _feed(stdin, view)
+                    if not view:
+                        sel.unregister(fd)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if chunk:
+                    tails[fd] = (tails[fd] + chunk)[-TAIL:]
+                else:
+                    sel.unregister(fd)
+    return tails[proc.stdout.fileno()], tails[proc.stderr.fileno()]
+
+
+def _feed(fd: int, view: memoryview) -> memoryview:
+    """Write what the pipe takes now; all is written (or the hook stopped reading): empty."""
+    try:
+        return view[os.write(fd, view) :]
+    except BlockingIOError:
+        return view
+    except OSError:  # EPIPE: the hook does not read its event; its status still counts
+        return view[:0]
 
 
 def _kill_session(proc: subprocess.Popen[bytes]) -> None:
