@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 from conftest import TASKQ, Daemon, Taskq, wait_for
 
+from taskq.spool.task import TaskName, bucket_of
+from taskq.times.timespec import MINUTE, parse_when
+
 StartDaemon = Callable[..., Daemon]
 
 
@@ -273,3 +276,22 @@ def test_a_hook_that_prints_400_mb_costs_the_daemon_only_a_tail(
     assert told[0]["hook"] == "exit 3: the end"
     grown = _peak_rss_kib(daemon.proc.pid) - before
     assert grown < 100_000, f"the daemon's peak RSS grew by {grown} KiB for a hook's output"
+
+
+# -- 7. a task moved by hand into a later bucket starts late, from there ------------
+
+
+def test_a_task_moved_into_a_later_bucket_runs_from_there(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    stamps = tmp_path / "stamps"
+    task_id = tq.submit("--in", "2s", "--", "sh", "-c", f"date +%s.%N > {stamps}")
+    (path,) = (tq.spool / "pending").rglob(f"*_{task_id}_*")
+    later = tq.spool / "pending" / bucket_of(TaskName.parse(path.name).run_at + 2 * MINUTE)
+    later.mkdir(mode=0o700)
+    path.rename(later / path.name)  # an operator's hand move, or a restore from a backup
+    start_daemon()
+    doc = tq.wait_state(task_id, ("done",), timeout=60)
+    assert list((tq.spool / "corrupt").iterdir()) == []
+    started = float(stamps.read_text())
+    assert started >= parse_when(doc["run_at"], 0) / 1e6  # never early

@@ -10,10 +10,11 @@ other daemons' once they have had their chance, so that daemons sharing a
 spool reach for different files. Once the spool says some task has a
 --priority (its `priorities` file), what the claim order lets a queue try
 now is ranked, highest priority first (ranking.py): a priority never makes
-a task start early nor jump another queue's turn. Names that cannot be
-tasks are handed back for quarantine; empty past buckets are removed on
-the way (safely: rmdir fails on a bucket that is not empty, and submitters
-recreate a vanished bucket).
+a task start early nor jump another queue's turn. A task in a later bucket
+than its run_at's is indexed from where it is (it starts late); names that
+cannot be tasks, and tasks in an earlier bucket, are handed back for
+quarantine; empty past buckets are removed on the way (safely: rmdir fails
+on a bucket that is not empty, and submitters recreate a vanished bucket).
 """
 
 from __future__ import annotations
@@ -183,8 +184,12 @@ class DueIndex:
             except ValueError:
                 bad.append((os.path.join(path, entry), "not a task file name"))
                 continue
-            if name.bucket != bucket:
-                reason = f"filed in pending/{bucket}, not in its minute's bucket {name.bucket}"
+            if name.bucket > bucket:
+                # Filed early, it would stand for a later minute among the
+                # first future bucket's tasks and hold back what is due
+                # before it. Filed late (moved by hand), it runs from where
+                # it is once its bucket is read: late, never early.
+                reason = f"filed in pending/{bucket}, before its minute's bucket {name.bucket}"
                 bad.append((os.path.join(path, entry), reason))
                 continue
             entries.append((name, bucket))
