@@ -295,3 +295,40 @@ def test_a_task_moved_into_a_later_bucket_runs_from_there(
     assert list((tq.spool / "corrupt").iterdir()) == []
     started = float(stamps.read_text())
     assert started >= parse_when(doc["run_at"], 0) / 1e6  # never early
+
+
+# -- 9. a spool made anew under a running daemon ------------------------------------
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two directories in one step (renameat2 RENAME_EXCHANGE): no moment without a spool."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), rename_exchange) != 0:
+        err = ctypes.get_errno()
+        pytest.skip(f"renameat2(RENAME_EXCHANGE): {os.strerror(err)}")
+
+
+def _alive(tq: Taskq) -> bool:
+    records = json.loads(tq.run("status", "--json").stdout)
+    return bool(records) and all(r["alive"] for r in records)
+
+
+def test_a_daemon_whose_spool_is_made_anew_locks_it_again_or_stops(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    tq.submit("--in", "1h", "--", "true")
+    daemon = start_daemon("--clock-check", "500ms")
+    wait_for(lambda: _alive(tq), 30, "the daemon's record")
+    fresh = Taskq(tmp_path / "fresh")
+    fresh.submit("--in", "1h", "--", "true")
+    _exchange(tq.spool, fresh.spool)  # as `rm -rf SPOOL; taskq submit ...` leaves it
+    wait_for(lambda: _alive(tq), 30, "taskq status to see the daemon alive")
+    assert "locking again" in daemon.text()
+    task_id = tq.submit("--", "true")
+    tq.wait_state(task_id, ("done",), timeout=60)
+    tq.spool.rename(tmp_path / "removed")  # as rm -rf, in one step
+    assert daemon.proc.wait(60) == 1
+    assert f"the spool {tq.spool} is gone: stopping" in daemon.text()

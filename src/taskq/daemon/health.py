@@ -37,6 +37,7 @@ class Health:
         self.told_ready = self.told_stopping = False
         self.next_status = self.next_watchdog = 0
         self._lock_fd = -1
+        self._lock_id = (0, 0)  # (st_dev, st_ino) of the lock we hold
 
     @property
     def probe(self) -> str:
@@ -49,8 +50,31 @@ class Health:
     def lock(self, now: int) -> None:
         """Hold run/HOST_PID.lock for as long as the daemon lives."""
         self.started_at = now
-        self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        self._lock_fd = self._take()
+
+    def _take(self) -> int:
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        st = os.fstat(fd)
+        self._lock_id = (st.st_dev, st.st_ino)
+        return fd
+
+    def lock_lost(self) -> bool:
+        """Whether run/HOST_PID.lock is not the file we hold: removed, or the spool made anew.
+
+        Then `taskq status` calls this daemon dead, and a daemon of this
+        host would take its claims for orphans.
+        """
+        try:
+            st = os.stat(self._lock_path)
+        except FileNotFoundError:
+            return True
+        return (st.st_dev, st.st_ino) != self._lock_id
+
+    def relock(self) -> None:
+        """Hold a new run/HOST_PID.lock (the old one is gone with its directory)."""
+        old, self._lock_fd = self._lock_fd, self._take()
+        os.close(old)
 
     def unlock(self) -> None:
         """Leave run/: claims left behind stay ours until another daemon sees the lock free."""

@@ -61,6 +61,7 @@ class Daemon(Parts):
         self.stop_deadline = NEVER
         self.shared = spool.shared()  # members submit through drop/ (pickup.py)
         self.rescan_wanted = True
+        self.exit_status = 0
         self.bell_rang = False
         self.intake_left = False  # a pass of the pickup stopped at its budget
         self.next = {"rescan": 0, "renew": 0, "poll": NEVER, "pickup": 0}
@@ -105,7 +106,7 @@ class Daemon(Parts):
             self.dispatcher.won,
             self.dispatcher.lost,
         )
-        return 0
+        return self.exit_status
 
     def _should_exit(self) -> bool:
         if self.wake.stop_requested and not self.stopping:
@@ -251,7 +252,21 @@ class Daemon(Parts):
         """After each clock measurement: a rescan if trust came back; the health record."""
         if regained:
             self.rescan_wanted = True
+        if self.health.lock_lost():
+            self._spool_replaced()
         self.health.write(self._snapshot(), self.clock.now())
+
+    def _spool_replaced(self) -> None:
+        """Our lock is gone: stop if the spool is gone too, else make its layout and lock anew."""
+        if not os.path.isdir(self.spool.root):
+            log.error("the spool %s is gone: stopping", self.spool.root)
+            self.wake.stop_requested, self.exit_status = True, 1
+            return
+        log.warning("run/%s.lock is gone (the spool made anew?): locking again", self.health.owner)
+        self.spool.init()
+        self.health.relock()
+        self.wake.rewatch()
+        self.rescan_wanted = True
 
     def _snapshot(self) -> Snapshot:
         return Snapshot(

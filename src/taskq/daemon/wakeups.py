@@ -62,6 +62,11 @@ class Wakeups:
         if self._observer is not None:
             self._observer.stop()
 
+    def rewatch(self) -> None:
+        """Watch the doorbell's directory afresh: the spool was made again, the old one is gone."""
+        self.close()
+        self._observer = _watch(self.doorbell, self._bell_w)
+
     def _on_hup(self, signum: int, _frame: Any) -> None:
         self.hup = True
 
