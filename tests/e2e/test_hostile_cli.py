@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -332,3 +333,27 @@ def test_a_daemon_whose_spool_is_made_anew_locks_it_again_or_stops(
     tq.spool.rename(tmp_path / "removed")  # as rm -rf, in one step
     assert daemon.proc.wait(60) == 1
     assert f"the spool {tq.spool} is gone: stopping" in daemon.text()
+
+
+# -- 14. on time past a first bucket whose tasks cannot start -----------------------
+
+
+@pytest.mark.slow
+def test_a_task_after_a_bucket_of_paused_tasks_starts_on_time_not_at_the_rescan(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    """The next bucket is loaded before its tasks can be due, not at the safety-net rescan."""
+    stamps = tmp_path / "stamps"
+    now = round(time.time() * 1e6)
+    first = (now // MINUTE + 1) * MINUTE
+    if first - now < 5 * 1_000_000:
+        first += MINUTE
+    tq.submit("--in", "1h", "--", "true")  # the spool exists for pause
+    tq.run("pause", "held")
+    start_daemon("--rescan", "5m")
+    tq.submit("--queue", "held", "--at", f"@{(first + 1_000_000) / 1e6:.6f}", "--", "true")
+    due = first + MINUTE + 1_000_000  # the minute after: a bucket the index has not loaded
+    task_id = tq.submit("--at", f"@{due / 1e6:.6f}", "--", "sh", "-c", f"date +%s.%N > {stamps}")
+    tq.wait_state(task_id, ("done",), timeout=300)
+    late = float(stamps.read_text()) - due / 1e6
+    assert 0 <= late < 30, f"started {late:.3f}s after its run time (the rescan is 5 minutes)"

@@ -30,7 +30,7 @@ from taskq.daemon.ranking import Ranks
 from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool, stray
-from taskq.spool.task import TaskName, bucket_of, valid_bucket
+from taskq.spool.task import TaskName, bucket_of, bucket_start, valid_bucket
 
 Entry = tuple[TaskName, str]  # the name and the bucket its file is in
 # In a queue's heap of our own tasks: (run_at, id, name, bucket); in its
@@ -116,8 +116,17 @@ class DueIndex:
         self.order = order or ClaimOrder("", 1)  # alone: every task is ours
         self._queues: dict[str, _Queue] = {}
         self._turn: list[str] = []  # queues in round-robin order
-        self.more_beyond = False  # buckets exist past the last one loaded
+        # The first instant of the first bucket not loaded, if there is one:
+        # nothing in it can be due before then, and it must be loaded by then
+        # even when what was loaded cannot start (a paused queue, one at its
+        # limit), or its tasks would wait for the safety-net rescan.
+        self.horizon: int | None = None
         self.ranks = Ranks(spool)  # what may be tried now, by priority, once the spool has any
+
+    @property
+    def more_beyond(self) -> bool:
+        """Buckets exist past the last one loaded."""
+        return self.horizon is not None
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values()) + len(self.ranks)
@@ -127,7 +136,7 @@ class DueIndex:
         current = bucket_of(now)
         entries: list[Entry] = []
         bad: list[tuple[str, str]] = []
-        self.more_beyond = False
+        self.horizon = None
         future_loaded = False
         for entry in fsutil.listdir(self.spool.pending):
             if stray(entry):
@@ -137,7 +146,7 @@ class DueIndex:
                 bad.append((path, "not a bucket name in pending/"))
                 continue
             if future_loaded:
-                self.more_beyond = True
+                self.horizon = bucket_start(entry)
                 break
             hostile = bucket_problem(path)
             if hostile is not None:

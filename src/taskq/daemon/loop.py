@@ -221,6 +221,9 @@ class Daemon(Parts):
             self.rescan_wanted = self.bell_rang = False
             self.next["rescan"] = mono + self.cfg.rescan
             self.dispatcher.rescan(now)
+            if index.horizon is not None:  # load the next bucket before its tasks can be due
+                load_at = self.clock.earliest_start(index.horizon) - self.commit.lead() - SECOND
+                self.next["rescan"] = min(self.next["rescan"], mono + max(load_at - now, SECOND))
         if not self.guard.ok or mono < self.starter.paused_until or self.clock.stepped():
             return
         free = self.cfg.workers - len(self.attempts) - len(self.prepared)
@@ -249,24 +252,22 @@ class Daemon(Parts):
     # -- the clock and health -----------------------------------------------
 
     def _measured(self, regained: bool) -> None:
-        """After each clock measurement: a rescan if trust came back; the health record."""
-        if regained:
+        """After each clock measurement: our lock kept, a rescan if wanted, the health record."""
+        if regained or (self.health.lock_lost() and self._lock_again()):
             self.rescan_wanted = True
-        if self.health.lock_lost():
-            self._spool_replaced()
         self.health.write(self._snapshot(), self.clock.now())
 
-    def _spool_replaced(self) -> None:
+    def _lock_again(self) -> bool:
         """Our lock is gone: stop if the spool is gone too, else make its layout and lock anew."""
         if not os.path.isdir(self.spool.root):
             log.error("the spool %s is gone: stopping", self.spool.root)
             self.wake.stop_requested, self.exit_status = True, 1
-            return
+            return False
         log.warning("run/%s.lock is gone (the spool made anew?): locking again", self.health.owner)
         self.spool.init()
         self.health.relock()
         self.wake.rewatch()
-        self.rescan_wanted = True
+        return True
 
     def _snapshot(self) -> Snapshot:
         return Snapshot(
