@@ -357,3 +357,40 @@ def test_a_task_after_a_bucket_of_paused_tasks_starts_on_time_not_at_the_rescan(
     tq.wait_state(task_id, ("done",), timeout=300)
     late = float(stamps.read_text()) - due / 1e6
     assert 0 <= late < 30, f"started {late:.3f}s after its run time (the rescan is 5 minutes)"
+
+
+# -- 12. state.json removed after retention freed its slots' keys --------------------
+
+
+def epoch(iso: str) -> float:
+    return parse_when(iso, 0) / 1e6
+
+
+def _slots(stamps: Path) -> list[str]:
+    return stamps.read_text().split() if stamps.exists() else []
+
+
+def test_removing_state_json_runs_no_slot_twice_after_retention(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    stamps = tmp_path / "stamps"
+    tq.run(
+        "schedule", "add", "often", "--every", "1s", "--catchup", "all", "--overlap", "allow",
+        "--", "sh", "-c", f'echo "$TASKQ_SCHEDULED_AT" >> {stamps}',
+    )  # fmt: skip
+    first = start_daemon()
+    wait_for(lambda: len(_slots(stamps)) >= 4, 60, "four slots run")
+    assert first.stop() == 0
+    for day in os.listdir(tq.spool / "done"):  # as if its days had aged past --keep-done
+        os.rename(tq.spool / "done" / day, tq.spool / "done" / f"2000010{len(day) % 9 + 1}")
+    tq.run("gc")  # frees the keys of the slots run
+    (tq.spool / "schedules" / "often" / "state.json").unlink()  # documented as safe
+    ran = len(_slots(stamps))
+    restarted = time.time()
+    start_daemon(host="second")
+    wait_for(
+        lambda: any(epoch(s) > restarted + 2 for s in _slots(stamps)), 60, "runs after the restart"
+    )
+    slots = _slots(stamps)
+    assert len(slots) > ran
+    assert len(slots) == len(set(slots)), "a slot ran twice"

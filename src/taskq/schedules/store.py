@@ -8,8 +8,10 @@ SPOOL/schedules/NAME/ holds three files (taskq-spool(5) SCHEDULES):
 - `state.json`: the materialisers' cursor (the latest slot made a task,
   the occurrence before it, a queued occurrence), written by whichever
   process materialises, whole, by write-fsync-rename. It is a cache of
-  decisions the idempotency keys make exact: losing it can cost a
-  skipped or repeated decision, never a second task for one slot.
+  decisions the idempotency keys make exact; losing it, the cursor is
+  recovered from the journal (last_decided), since the keys of old slots
+  go with their tasks at retention: it can cost an overlap decision,
+  never a second task for one slot.
 - `journal`: history, one JSON line per event (materialised, skipped,
   held, released, paused...), as a task's journal is.
 
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from taskq.client.request import Request
-from taskq.errors import BadInput, Conflict, CorruptFile, NotFound
+from taskq.errors import BadInput, Conflict, CorruptFile, NotFound, TaskqError
 from taskq.schedules.rules import Rules, check_date
 from taskq.schedules.slots import Spec
 from taskq.spool import fsutil, journal
@@ -38,6 +40,7 @@ from taskq.times.timespec import SECOND, format_iso
 from taskq.times.when import parse_when
 
 VERSION = 1
+DECIDED = ("made", "caught-up", "skipped")  # journal events that decide a slot
 SCHEDULE = "schedule.json"
 STATE = "state.json"
 MAX_FILE = 4 << 20
@@ -421,11 +424,29 @@ class Store:
         _replace_file(os.path.join(self.dir(sched.name), SCHEDULE), sched.to_json())
 
     def state(self, name: str, since: int) -> State:
-        """The cursor; a fresh one (nothing decided before since) if none or unreadable."""
+        """The cursor; if state.json is gone or unreadable, the journal's (recovered)."""
         try:
             return State.from_json(fsutil.read_spool_file(self._state(name), MAX_FILE))
         except (OSError, CorruptFile):
-            return State(cursor=since - 1)
+            return State(cursor=max(since - 1, self.last_decided(name)))
+
+    def last_decided(self, name: str) -> int:
+        """The latest slot the journal says this schedule decided (made or skipped); 0 if none.
+
+        state.json may be removed (taskq-spool(5)), and the keys that would
+        stop a slot from being made twice are freed by retention once its
+        task is pruned: without this, a catch-up from `since` ran again every
+        slot whose key was gone. Only records since the schedule was added
+        (or replaced) count; the journal is never pruned with the tasks.
+        """
+        latest = 0
+        for r in self.history(name):
+            if r.get("event") in ("added", "replaced"):
+                latest = 0
+            for field in ("slot", "before") if r.get("event") in DECIDED else ():
+                with contextlib.suppress(TypeError, TaskqError):
+                    latest = max(latest, parse_when(str(r[field]), 0) if field in r else 0)
+        return latest
 
     def save_state(self, name: str, state: State, base: State | None = None) -> None:
         """Write the state; with base (what this pass read), keep live ids added since."""
