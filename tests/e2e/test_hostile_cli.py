@@ -394,3 +394,68 @@ def test_removing_state_json_runs_no_slot_twice_after_retention(
     slots = _slots(stamps)
     assert len(slots) > ran
     assert len(slots) == len(set(slots)), "a slot ran twice"
+
+
+# -- 16, 17. rough edges --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["schedule", "add", "s", "--cron", "0 3 * * *", "--tz", "Europe"], "not an IANA"),
+        (["schedule", "add", "s", "--cron", "0 3 * * *", "--tz", "localtime"], "not an IANA"),
+        (["schedule", "add", "s", "--cron", "0 3 * * *", "--tz", "posixrules"], "not an IANA"),
+        (["submit", "--in", "\uff15m"], "bad duration"),  # a fullwidth 5
+        (["submit", "--at", "\u0669:\u0660\u0660"], "bad time"),  # Arabic-Indic 9:00
+        (["submit", "--max-attempts", "\uff13"], "not a whole number"),
+        (["submit", "--in", "1m1m"], "each unit once"),
+        (["submit", "--at", "9999-12-31T23:59:59.5Z"], "to 9999-12-31T23:59:59Z"),
+        (["daemon", "--max-uncertainty", "0"], "must be more than --clock-margin"),
+        (["daemon", "--metrics-listen", "::1:0"], "[::1]:9464"),
+        (["daemon", "--workers", "\uff18"], "not a whole number"),
+    ],
+    ids=lambda v: "-".join(v) if isinstance(v, list) else None,
+)
+def test_rough_edges_are_one_line_and_status_2(tq: Taskq, argv: list[str], says: str) -> None:
+    tail = ["--", "true"] if argv[0] in ("submit", "schedule") else []
+    proc = tq.run(*argv, *tail, check=False)
+    assert says in one_line_error(proc, 2)
+    assert not (tq.spool / "schedules").exists() or not os.listdir(tq.spool / "schedules")
+
+
+def test_iso_times_take_either_letter_case(tq: Taskq) -> None:
+    for text in ("2030-06-01t09:00:00z", "2030-06-01T09:00:00z", "2030-06-01t09:00:00Z"):
+        doc = json.loads(tq.run("submit", "--json", "--at", text, "--", "true").stdout)
+        assert doc["run_at"] == "2030-06-01T09:00:00.000000Z"
+
+
+def test_pause_and_resume_name_a_queue_once(tq: Taskq) -> None:
+    tq.submit("--in", "1h", "--", "true")
+    assert tq.run("pause", "q1", "q1").stdout == b"paused q1 until resumed\n"
+    assert tq.run("resume", "q1", "q1").stdout == b"resumed q1\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        (b'{"command": ["true"], "queue": "a", "queue": "b"}', "field 'queue' given twice"),
+        (b'{"command": ["true"], "env": {"A": "1", "\\u0041": "2"}}', "field 'A' given twice"),
+        (b'{"command": ["true"], "timeout": true}', "or a number of seconds"),
+    ],
+)
+def test_batch_lines_say_what_is_wrong(tq: Taskq, line: bytes, says: str) -> None:
+    proc = tq.run("submit", "--batch", "-", input=line + b"\n", check=False)
+    assert says in one_line_error(proc, 2)
+
+
+def test_an_ipv6_metrics_address_is_logged_as_a_url(tq: Taskq, start_daemon: StartDaemon) -> None:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    daemon = start_daemon("--metrics-listen", "[::1]:0")
+    wait_for(lambda: "serving metrics on" in daemon.text(), 30, "the metrics server")
+    assert "serving metrics on http://[::1]:" in daemon.text()

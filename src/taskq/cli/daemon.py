@@ -20,6 +20,7 @@ from taskq.cli.params import (
     OUTPUT_FILE,
     POSITIVE_DURATION,
     QUEUE_LIMIT,
+    Count,
     PlainHelp,
 )
 from taskq.daemon import logsetup
@@ -38,7 +39,7 @@ from taskq.times.timespec import parse_duration
 @click.command(cls=PlainHelp, name="daemon")
 @click.option(
     "--workers",
-    type=click.IntRange(1, 4096),
+    type=Count(1, 4096),
     default=8,
     show_default=True,
     help="Attempts run at once.",

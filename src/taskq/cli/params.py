@@ -68,6 +68,25 @@ class Duration(_Type):
             self.fail(str(e), param, ctx)
 
 
+class Count(_Type):
+    """A whole number in a range, in ASCII digits (int() takes fullwidth ones; shells do not)."""
+
+    name = "integer"
+
+    def __init__(self, least: int = 1, most: int | None = None) -> None:
+        self.least, self.most = least, most
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value  # a default, or converted already
+        text = str(value).strip()
+        number = int(text) if text.isascii() and text.isdigit() else None
+        if number is None or number < self.least or (self.most is not None and number > self.most):
+            top = "" if self.most is None else f" to {self.most}"
+            self.fail(f"{_option(param)}: {value!r} is not a whole number from {self.least}{top}")
+        return number
+
+
 class EnvVar(_Type):
     """NAME=VALUE, a variable for the command, as a (name, value) pair."""
 
@@ -145,10 +164,14 @@ class Listen(_Type):
         if isinstance(value, tuple):
             return value
         addr, sep, port = str(value).rpartition(":")
-        addr = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else addr
-        if not sep or not addr or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        bracketed = addr.startswith("[") and addr.endswith("]")
+        addr = addr[1:-1] if bracketed else addr
+        ambiguous = ":" in addr and not bracketed  # ::1:0 is an address, or ::1 and port 0
+        bad_port = not (port.isascii() and port.isdigit()) or int(port) > 65535
+        if not sep or not addr or ambiguous or bad_port:
             self.fail(
-                f"bad {_option(param)} {value!r}: expected ADDRESS:PORT, e.g. 127.0.0.1:9464",
+                f"bad {_option(param)} {value!r}: expected ADDRESS:PORT, e.g. 127.0.0.1:9464 "
+                "or [::1]:9464",
                 param,
                 ctx,
             )

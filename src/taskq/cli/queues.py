@@ -29,7 +29,7 @@ def pause_command(ctx: click.Context, queues: tuple[str, ...], until: str | None
     when = None if until is None else request.run_at(until, None, now, ("--until", "--until"))
     if when is not None and when <= now:
         raise BadInput(f"--until {until} is not in the future")
-    names = [check_queue(q) for q in queues]
+    names = list(dict.fromkeys(check_queue(q) for q in queues))  # each once, in order
     spool = existing_spool(ctx)
     lines = []
     for held in pause.pause(spool, names, when, now):
@@ -43,6 +43,6 @@ def pause_command(ctx: click.Context, queues: tuple[str, ...], until: str | None
 @click.pass_context
 def resume_command(ctx: click.Context, queues: tuple[str, ...]) -> None:
     """Start the queues' tasks again; they drain through the usual fair scheduling."""
-    names = [check_queue(q) for q in queues]
+    names = list(dict.fromkeys(check_queue(q) for q in queues))  # each once, in order
     pause.resume(existing_spool(ctx), names)
     output.done("\n".join(f"resumed {name}" for name in names))

@@ -17,7 +17,7 @@ import click
 
 from taskq.cli import output, schedule_asked
 from taskq.cli.common import init_spool, read_stdin, spool_of
-from taskq.cli.params import DURATION, ENV_VAR, POSITIVE_DURATION, PlainGroup
+from taskq.cli.params import DURATION, ENV_VAR, POSITIVE_DURATION, Count, PlainGroup
 from taskq.client import request
 from taskq.errors import BadInput, CorruptFile
 from taskq.schedules import materialise, view
@@ -146,7 +146,7 @@ def schedule() -> None:
 )
 @click.option(
     "--max-attempts",
-    type=click.IntRange(1, request.MAX_ATTEMPTS),
+    type=Count(1, request.MAX_ATTEMPTS),
     default=DEFAULT_MAX_ATTEMPTS,
     show_default=True,
     help="Attempts of each occurrence.",
@@ -318,9 +318,7 @@ def show(ctx: click.Context, name: str, as_json: bool) -> None:
 
 @schedule.command(name="next")
 @click.argument("name")
-@click.option(
-    "-n", "count", type=click.IntRange(1, 10000), default=5, show_default=True, help="How many."
-)
+@click.option("-n", "count", type=Count(1, 10000), default=5, show_default=True, help="How many.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def next_(ctx: click.Context, name: str, count: int, as_json: bool) -> None:

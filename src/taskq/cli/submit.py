@@ -15,7 +15,15 @@ import click
 
 from taskq.cli import output
 from taskq.cli.common import init_spool, read_stdin, spool_of, stdin
-from taskq.cli.params import DIRECTORY, DURATION, ENV_VAR, FILE, POSITIVE_DURATION, PlainHelp
+from taskq.cli.params import (
+    DIRECTORY,
+    DURATION,
+    ENV_VAR,
+    FILE,
+    POSITIVE_DURATION,
+    Count,
+    PlainHelp,
+)
 from taskq.client import environment, limits, request
 from taskq.client.submit import submit as submit_one
 from taskq.client.submit import submit_batch
@@ -81,7 +89,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--max-attempts",
-    type=click.IntRange(1, request.MAX_ATTEMPTS),
+    type=Count(1, request.MAX_ATTEMPTS),
     default=DEFAULT_MAX_ATTEMPTS,
     show_default=True,
     help="Attempts before the task is dead-lettered to failed/.",

@@ -14,7 +14,7 @@ import click
 from taskq import errors
 from taskq.cli import lspool, output
 from taskq.cli.common import spool_of
-from taskq.cli.params import DURATION, POSITIVE_DURATION, PlainHelp
+from taskq.cli.params import DURATION, POSITIVE_DURATION, Count, PlainHelp
 from taskq.cli.render import describe, detail, env_lines
 from taskq.cli.timefmt import stamper, time_format, when_of
 from taskq.client import operations, request
@@ -40,7 +40,7 @@ from taskq.times.when import parse_when
 @click.option("--after", metavar="WHEN", help="Only tasks due at or after WHEN.")
 @click.option("--before", metavar="WHEN", help="Only tasks due before WHEN.")
 @click.option("--key", help="Only the task submitted with this idempotency key.")
-@click.option("--limit", type=click.IntRange(1), metavar="N", help="Stop after N tasks.")
+@click.option("--limit", type=Count(1), metavar="N", help="Stop after N tasks.")
 @click.option(
     "--no-command",
     "names_only",
@@ -131,9 +131,7 @@ def show_command(
 
 @click.command(cls=PlainHelp, name="logs")
 @click.argument("task_id", metavar="ID")
-@click.option(
-    "--attempt", type=click.IntRange(1), help="Which attempt [default: the latest with output]."
-)
+@click.option("--attempt", type=Count(1), help="Which attempt [default: the latest with output].")
 @click.option(
     "-f", "--follow", is_flag=True, help="Keep printing output as it comes, until the attempt ends."
 )

@@ -86,6 +86,31 @@ def _object(line: bytes) -> dict[str, Any]:
     unknown = sorted(set(doc) - FIELDS)
     if unknown:
         raise BadInput(f"unknown field {unknown[0]!r}")
+    if _may_repeat(line, doc):
+        json.loads(line, object_pairs_hook=_once)  # BadInput at a repeated field
+    return doc
+
+
+def _may_repeat(line: bytes, doc: dict[str, Any]) -> bool:
+    """Whether a field (or variable) may be given twice: json.loads keeps the last, silently.
+
+    Every field name and variable name is ASCII, so unless the line has an
+    escape, each one given appears in it once; counting them is several
+    times cheaper than building each object in Python.
+    """
+    if b"\\" in line:
+        return True
+    env = doc.get("env")
+    names = [*doc, *(env if isinstance(env, dict) else ())]
+    return any(line.count(f'"{name}"'.encode()) > 1 for name in names)
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            raise BadInput(f"field {key!r} given twice")
+        doc[key] = value
     return doc
 
 
@@ -131,9 +156,9 @@ def _priority(value: Any) -> int:
     return value
 
 
-def _string(name: str, value: Any) -> str:
+def _string(name: str, value: Any, also: str = "") -> str:
     if not isinstance(value, str):
-        raise BadInput(f"{name} must be a string")
+        raise BadInput(f"{name} must be a string{also}")
     return value
 
 
@@ -152,7 +177,7 @@ def _duration(name: str, value: Any, allow_zero: bool = False) -> int:
             raise BadInput(f"{name} must be from 0 to {MAX_DURATION // SECOND} seconds")
         us = round(value * SECOND)
     else:
-        us = parse_duration(_string(name, value))
+        us = parse_duration(_string(name, value, " (a DURATION) or a number of seconds"))
     return us if allow_zero else request.positive(name, us)
 
 

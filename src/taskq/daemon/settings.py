@@ -65,3 +65,8 @@ class Settings:
                     f"{option} {format_duration(value)} is out of range: "
                     f"from {format_duration(least)} to {format_duration(most)}"
                 )
+        if self.max_uncertainty <= self.clock_margin:  # the uncertainty is offset + margin
+            raise BadInput(
+                f"--max-uncertainty {format_duration(self.max_uncertainty)} must be more than "
+                f"--clock-margin {format_duration(self.clock_margin)}: it could never dispatch"
+            )

@@ -83,7 +83,8 @@ class Exporter:
                 self._server = _serve(self.metrics.registry, addr, port)
             except OSError as e:
                 raise fsutil.as_taskq_error(e, f"cannot serve metrics on {addr}:{port}") from None
-            log.info("serving metrics on http://%s:%d/metrics", addr, self._server.server_port)
+            host = f"[{addr}]" if ":" in addr else addr  # an IPv6 address in a URL (RFC 3986)
+            log.info("serving metrics on http://%s:%d/metrics", host, self._server.server_port)
         self._thread.start()
 
     def stop(self) -> None:

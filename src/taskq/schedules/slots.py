@@ -73,11 +73,22 @@ def wildcard(expr: str) -> bool:
     return fields[0].startswith("*") or fields[1].startswith("*")
 
 
+# Names in the zone database that stand for the host's own zone, not one of
+# the world's: stored in a schedule, they would move with /etc/localtime.
+_HOST_ZONES = frozenset({"localtime", "posixrules"})
+
+
 def check_zone(name: str) -> str:
-    """An IANA zone name that zoneinfo knows; BadInput otherwise."""
+    """An IANA zone name that zoneinfo knows; BadInput otherwise.
+
+    A directory of the database (Europe) is no zone (zoneinfo raises
+    IsADirectoryError for it), nor a name for the host's zone.
+    """
     try:
+        if name in _HOST_ZONES:
+            raise ValueError(name)
         zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         raise BadInput(f"bad --tz {name!r}: not an IANA time zone (e.g. Europe/Berlin)") from None
     return name
 

@@ -11,6 +11,7 @@ which words were given. Out-of-range fields that at(1) carries over (24:00,
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from taskq.errors import BadInput
@@ -43,7 +44,8 @@ _TOKEN = Lazy(
     r"|(?P<zone>[A-Za-z][\w+-]*(?:/[\w+-]+)+)"
     r"|(?P<word>[A-Za-z]+)"
     r"|(?P<punct>[-+,/])"
-    r"|(?P<bad>\S)"
+    r"|(?P<bad>\S)",
+    re.ASCII,  # ASCII digits, as cron's: int() would read fullwidth and Arabic-Indic ones too
 )
 
 
@@ -301,7 +303,7 @@ class _Parser:
         return _checked(year_of(year), int(month), int(day))
 
 
-_CLOCK = Lazy(r"(\d{1,2})[:'h,.](\d{2})(?::(\d{2}))?")
+_CLOCK = Lazy(r"(\d{1,2})[:'h,.](\d{2})(?::(\d{2}))?", re.ASCII)
 
 
 def _clock_fields(text: str) -> tuple[int, int, int | None]:

@@ -9,6 +9,7 @@ the local zone, is `when`'s job.
 from __future__ import annotations
 
 import functools
+import re
 import time as _time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -24,8 +25,10 @@ HOUR = 60 * MINUTE
 DAY = 24 * HOUR
 
 _UNITS = {"us": US, "ms": MS, "s": SECOND, "m": MINUTE, "h": HOUR, "d": DAY, "w": 7 * DAY}
-_PART = Lazy(r"(\d+(?:\.\d+)?)(us|ms|s|m|h|d|w)")
-_BARE = Lazy(r"\d+(?:\.\d+)?")
+# Digits are ASCII (re.ASCII): int() takes fullwidth and Arabic-Indic digits too, cron does not,
+# and a time that reads differently in another script is no time.
+_PART = Lazy(r"(\d+(?:\.\d+)?)(us|ms|s|m|h|d|w)", re.ASCII)
+_BARE = Lazy(r"\d+(?:\.\d+)?", re.ASCII)
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=UTC)
 # The latest instant a task may name; keeps names fixed-width (year 9999).
 MAX_INSTANT = 253402300799 * SECOND
@@ -44,18 +47,25 @@ def _decimal_us(text: str, unit: int) -> int:
 
 
 def parse_duration(text: str) -> int:
-    """Parse '90', '90s', '250ms', '5m', '2h', '1d', '1h30m' to microseconds."""
+    """Parse '90', '90s', '250ms', '5m', '2h', '1d', '1h30m' to microseconds.
+
+    Each unit at most once, the larger first: '1m1m' is a typo, not 2m.
+    """
     s = text.strip().lower()
     if _BARE.fullmatch(s):
         return within_limit(_decimal_us(s, SECOND), text)
-    pos, total = 0, 0
+    pos, total, last = 0, 0, 1 << 62
     for m in _PART.finditer(s):
-        if m.start() != pos:
+        unit = _UNITS[m.group(2)]
+        if m.start() != pos or unit >= last:
             break
-        total += _decimal_us(m.group(1), _UNITS[m.group(2)])
-        pos = m.end()
+        total += _decimal_us(m.group(1), unit)
+        pos, last = m.end(), unit
     if pos != len(s) or not s:
-        raise BadInput(f"bad duration {text!r}: use e.g. 90, 90s, 250ms, 5m, 2h, 1d or 1h30m")
+        raise BadInput(
+            f"bad duration {text!r}: use e.g. 90, 90s, 250ms, 5m, 2h, 1d or 1h30m "
+            "(each unit once, the larger first)"
+        )
     return within_limit(total, text)
 
 
@@ -110,7 +120,7 @@ def format_compact(us: int) -> str:
     return f"{iso[:4]}{iso[5:7]}{iso[8:13]}{iso[14:16]}{iso[17:]}"
 
 
-_COMPACT = Lazy(r"(\d{8})T(\d{6})\.(\d{6})Z")
+_COMPACT = Lazy(r"(\d{8})T(\d{6})\.(\d{6})Z", re.ASCII)
 
 
 def parse_compact(text: str) -> int:

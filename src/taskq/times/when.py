@@ -33,12 +33,15 @@ from taskq.times.timespec import HOUR, MAX_INSTANT, MINUTE, SECOND, datetime_to_
 # `now + 2 hours`, @EPOCH and an ISO time with an offset need none, and a
 # submission's start-up is its throughput (tests/e2e/test_submit.py, budget).
 
-_EPOCH = Lazy(r"@(-?\d+)(?:\.(\d{1,9}))?")
-_ISO_INCREMENT = Lazy(r"(.*?) ?([+-]) ?(\d{1,9}) ?([a-z]+)", re.IGNORECASE)
-_FRACTION = Lazy(r"(\.\d{6})\d+")
+# Digits are ASCII (re.ASCII): int() takes fullwidth and Arabic-Indic digits too, cron does not,
+# and a time that reads differently in another script is no time.
+_EPOCH = Lazy(r"@(-?\d+)(?:\.(\d{1,9}))?", re.ASCII)
+_ISO_INCREMENT = Lazy(r"(.*?) ?([+-]) ?(\d{1,9}) ?([a-z]+)", re.IGNORECASE | re.ASCII)
+_FRACTION = Lazy(r"(\.\d{6})\d+", re.ASCII)
 _ELAPSED = {"minute": MINUTE, "hour": HOUR}
 _DAYS = {"day": 1, "week": 7}
 _MONTHS = {"month": 1, "year": 12}
+RANGE = "1970-01-01T00:00:00Z to 9999-12-31T23:59:59Z"  # 0 to MAX_INSTANT
 HELP = (
     "use e.g. 09:00, 4pm, noon tomorrow, 10am Jul 31, Dec 24, next monday, "
     "now + 2 hours, ISO-8601 or @EPOCH (taskq(1) TIME FORMATS)"
@@ -61,7 +64,7 @@ def parse_when(text: str, now: int, zone: tzinfo | None = None) -> int:
     except Unparsable as e:
         raise BadInput(f"bad time {text!r}: {e}" + (f"; {HELP}" if e.help else "")) from None
     except (OverflowError, ValueError):
-        raise BadInput(f"time {text!r} is out of range (1970 to 9999)") from None
+        raise BadInput(f"time {text!r} is out of range ({RANGE})") from None
 
 
 def parse_posix(text: str, now: int, zone: tzinfo | None = None) -> int:
@@ -97,7 +100,7 @@ def _two(text: str) -> bool:
 
 def _in_range(us: int, text: str) -> int:
     if not 0 <= us <= MAX_INSTANT:
-        raise BadInput(f"time {text!r} is out of range (1970 to 9999)")
+        raise BadInput(f"time {text!r} is out of range ({RANGE})")
     return us
 
 
@@ -135,11 +138,15 @@ def _split_increment(s: str) -> tuple[str, int, str | None]:
 
 
 def _iso(base: str) -> datetime | None:
-    """An ISO-8601 date and time (aware or naive); None for a date alone or anything else."""
-    if _iso_date(base) is not None:
+    """An ISO-8601 date and time (aware or naive); None for a date alone or anything else.
+
+    Letter case does not matter (taskq(1), TIME FORMATS): fromisoformat
+    takes only T and Z. Its digits are ASCII already.
+    """
+    if not base.isascii() or _iso_date(base) is not None:
         return None
     try:
-        return datetime.fromisoformat(_FRACTION.compiled().sub(r"\1", base))
+        return datetime.fromisoformat(_FRACTION.compiled().sub(r"\1", base.upper()))
     except ValueError:
         return None
 
