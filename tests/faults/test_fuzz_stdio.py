@@ -292,3 +292,38 @@ def test_reading_commands_fail_when_stdout_is_full(prepared: Prepared, tmp_path:
         message = proc.stderr.decode()
         assert proc.returncode == 1, (argv, message)
         assert message == "taskq: cannot write standard output: No space left on device\n"
+
+
+@pytest.mark.parametrize(("out", "inp"), [("closed", "closed"), ("full", "full")])
+def test_a_daemon_with_its_stdin_and_stdout_closed_or_full_runs_tasks(
+    prepared: Prepared, tmp_path: Path, out: str, inp: str
+) -> None:
+    """Its tasks never get a spool file as standard input; it stops with status 0."""
+    if prepared.devices is None and "full" in (out, inp):
+        pytest.skip("needs root for a device node of its own (mknod)")
+    spool = tmp_path / "spool"
+    tq = Taskq(spool)
+    task_id = tq.submit("--", "sh", "-c", "echo out; echo err >&2; ls -l /proc/self/fd/")
+    redirect = {"closed": "{fd}>&-", "full": "{fd}>{dev}/full"}
+    shell = " ".join(
+        redirect[how].format(fd=fd, dev=prepared.devices) for fd, how in ((0, inp), (1, out))
+    )
+    shell = shell.replace("0>", "0<")
+    log = tmp_path / "daemon.log"
+    env = {**os.environ, "TASKQ_SPOOL": str(spool)}
+    with open(log, "wb") as f:
+        daemon = subprocess.Popen(
+            ["sh", "-c", f'exec "$@" {shell}', "sh", *TASKQ, "daemon", "--host-id", "stdio"],
+            stderr=f,
+            env=env,
+        )
+        try:
+            tq.wait_state(task_id, ("done",), timeout=60)
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(60) == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
+    output = (spool / "logs" / task_id / "1.out").read_text()
+    assert output.startswith("out\nerr\n"), output
+    (stdin,) = [line for line in output.splitlines() if " 0 -> " in line]
+    assert str(spool) not in stdin, f"a spool file is the task's standard input: {stdin}"
