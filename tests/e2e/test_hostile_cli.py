@@ -109,6 +109,7 @@ def _waiting(tq: Taskq, task_id: str) -> subprocess.Popen[bytes]:
     return waiter
 
 
+@pytest.mark.slow
 def test_a_wait_begun_before_its_task_is_quarantined_ends(
     tq: Taskq, start_daemon: StartDaemon
 ) -> None:
@@ -130,6 +131,7 @@ def test_a_wait_begun_before_its_task_is_quarantined_ends(
     assert fresh.returncode == 3  # as a wait begun after
 
 
+@pytest.mark.slow
 def test_a_wait_begun_before_its_task_is_removed_by_hand_ends(tq: Taskq) -> None:
     task_id = tq.submit("--in", "1h", "--", "true")
     (path,) = (tq.spool / "pending").rglob(f"*{task_id}*")
@@ -150,6 +152,7 @@ def test_a_wait_begun_before_its_task_is_removed_by_hand_ends(tq: Taskq) -> None
 LAST_ATTEMPT = 922_336
 
 
+@pytest.mark.slow
 def test_no_attempt_past_the_last_fencing_token_that_fits(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -189,6 +192,7 @@ def test_a_mailto_with_a_newline_is_refused_at_submit(tq: Taskq) -> None:
     assert not (tq.spool / "pending").exists() or not list((tq.spool / "pending").rglob("*_*"))
 
 
+@pytest.mark.slow
 def test_a_hand_written_mailto_with_a_newline_is_journalled_as_not_sent(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -219,6 +223,7 @@ def test_a_hand_written_mailto_with_a_newline_is_journalled_as_not_sent(
 # -- 5. a retried dependency has not ended -----------------------------------------
 
 
+@pytest.mark.slow
 def test_tasks_after_a_retried_dependency_wait_for_its_new_end(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -255,6 +260,7 @@ def _peak_rss_kib(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
+@pytest.mark.slow
 def test_a_hook_that_prints_400_mb_costs_the_daemon_only_a_tail(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -282,6 +288,7 @@ def test_a_hook_that_prints_400_mb_costs_the_daemon_only_a_tail(
 # -- 7. a task moved by hand into a later bucket starts late, from there ------------
 
 
+@pytest.mark.slow
 def test_a_task_moved_into_a_later_bucket_runs_from_there(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -317,6 +324,7 @@ def _alive(tq: Taskq) -> bool:
     return bool(records) and all(r["alive"] for r in records)
 
 
+@pytest.mark.slow
 def test_a_daemon_whose_spool_is_made_anew_locks_it_again_or_stops(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -370,6 +378,7 @@ def _slots(stamps: Path) -> list[str]:
     return stamps.read_text().split() if stamps.exists() else []
 
 
+@pytest.mark.slow
 def test_removing_state_json_runs_no_slot_twice_after_retention(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -448,6 +457,7 @@ def test_batch_lines_say_what_is_wrong(tq: Taskq, line: bytes, says: str) -> Non
     assert says in one_line_error(proc, 2)
 
 
+@pytest.mark.slow
 def test_an_ipv6_metrics_address_is_logged_as_a_url(tq: Taskq, start_daemon: StartDaemon) -> None:
     import socket
 

@@ -124,6 +124,7 @@ def test_a_metrics_file_not_named_prom_is_refused(tq: Taskq, tmp_path: Path) -> 
     assert not (tmp_path / "metrics.txt").exists()
 
 
+@pytest.mark.slow
 def test_a_replaced_pidfile_is_not_removed_at_exit(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -136,6 +137,7 @@ def test_a_replaced_pidfile_is_not_removed_at_exit(
     assert pidfile.read_text() == "12345\n"
 
 
+@pytest.mark.slow
 def test_the_daemons_own_pidfile_is_removed_at_exit(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -147,6 +149,7 @@ def test_the_daemons_own_pidfile_is_removed_at_exit(
     assert not pidfile.exists()
 
 
+@pytest.mark.slow
 def test_a_device_put_at_the_metrics_file_is_left_alone(
     tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
 ) -> None:
@@ -162,6 +165,7 @@ def test_a_device_put_at_the_metrics_file_is_left_alone(
     assert identity(node) == before  # the last write at exit too
 
 
+@pytest.mark.slow
 def test_sighup_with_its_log_directory_removed_keeps_the_daemon(tq: Taskq, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -31,6 +31,7 @@ from conftest import TASKQ, Taskq
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.slow  # each case is a real process; the prepared spool, a daemon's run
 EXAMPLES = int(os.environ.get("TASKQ_FUZZ_EXAMPLES", "12"))
 FUZZ = settings(
     max_examples=EXAMPLES,
