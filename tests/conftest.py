@@ -129,10 +129,12 @@ def start_daemon(tq: Taskq, tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 
 
 def kill_all(daemons: list[Daemon]) -> None:
-    """Kill (SIGKILL) the daemons a test started that still run."""
+    """Kill (SIGKILL) the daemons a test started that still run; close every log."""
     for d in daemons:
         if d.proc.poll() is None:
             d.kill()
+        else:
+            d._logf.close()  # one that stopped by itself was never stop()ped
 
 
 @pytest.fixture

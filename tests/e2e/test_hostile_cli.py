@@ -102,8 +102,13 @@ def _waiting(tq: Taskq, task_id: str) -> subprocess.Popen[bytes]:
 
     def watching() -> bool:  # its inotify watch is set up after its first look
         assert waiter.poll() is None, waiter.communicate()
-        fds = Path(f"/proc/{waiter.pid}/fd")
-        return any("inotify" in os.readlink(fd) for fd in fds.iterdir())
+        links = []
+        for fd in Path(f"/proc/{waiter.pid}/fd").iterdir():
+            try:
+                links.append(os.readlink(fd))
+            except FileNotFoundError:
+                continue  # closed between the listing and the look
+        return any("inotify" in link for link in links)
 
     wait_for(watching, 30, "the wait to begin")
     return waiter
