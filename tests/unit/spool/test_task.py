@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from taskq.errors import BadInput, CorruptFile
 from taskq.spool.task import (
+    MAX_ATTEMPT,
     ClaimName,
     TaskBody,
     TaskName,
@@ -26,7 +27,7 @@ from taskq.times.timespec import MINUTE, SECOND
 
 instants = st.integers(min_value=0, max_value=253402300799 * SECOND)
 ids = st.builds(new_id, st.integers(min_value=0, max_value=2**47 * 1000))
-attempts = st.integers(min_value=1, max_value=999999)
+attempts = st.integers(min_value=1, max_value=MAX_ATTEMPT)
 hosts = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", fullmatch=True)
 
 
