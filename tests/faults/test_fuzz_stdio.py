@@ -111,7 +111,7 @@ class Command:
     """A command that changes the spool, and how to tell whether it did."""
 
     name: str
-    argv: Callable[[Prepared], list[str]]
+    argv: Callable[[Prepared, Path], list[str]]  # given the spool copy it acts on
     changed: Callable[[Prepared, Path], bool]  # its change is in the spool copy
     stdin: bytes | None = None  # what it reads, when its standard input works
 
@@ -124,57 +124,72 @@ def _submitted(count: int) -> Callable[[Prepared, Path], bool]:
 
 
 COMMANDS = [
-    Command("submit", lambda p: ["submit", "--in", "1h", "--", "true"], _submitted(1)),
-    Command("submit --json", lambda p: ["submit", "--json", "--", "true"], _submitted(1)),
+    Command("submit", lambda p, s: ["submit", "--in", "1h", "--", "true"], _submitted(1)),
+    Command("submit --json", lambda p, s: ["submit", "--json", "--", "true"], _submitted(1)),
     Command(
         "submit --stdin",
-        lambda p: ["submit", "--stdin", "--in", "1h", "--", "cat"],
+        lambda p, s: ["submit", "--stdin", "--in", "1h", "--", "cat"],
         _submitted(1),
         stdin=b"payload\n",
     ),
-    Command("submit --batch -", lambda p: ["submit", "--batch", "-"], _submitted(2), stdin=BATCH),
+    Command(
+        "submit --batch -", lambda p, s: ["submit", "--batch", "-"], _submitted(2), stdin=BATCH
+    ),
     Command(
         "cancel",
-        lambda p: ["cancel", p.pending],
+        lambda p, s: ["cancel", p.pending],
         lambda p, s: any(p.pending in n for n in _names(s / "cancelled")),
     ),
     Command(
         "reschedule",
-        lambda p: ["reschedule", p.pending, "--in", "2d"],
+        lambda p, s: ["reschedule", p.pending, "--in", "2d"],
         lambda p, s: set(_pending(s)) != set(_pending(p.spool)),
     ),
     Command(
         "retry",
-        lambda p: ["retry", p.failed, "--in", "1h"],
+        lambda p, s: ["retry", p.failed, "--in", "1h"],
         lambda p, s: any(p.failed in n for n in _pending(s)),
     ),
-    Command("pause", lambda p: ["pause", "other"], lambda p, s: (s / "paused" / "other").exists()),
     Command(
-        "resume", lambda p: ["resume", "held"], lambda p, s: not (s / "paused" / "held").exists()
+        "pause", lambda p, s: ["pause", "other"], lambda p, s: (s / "paused" / "other").exists()
+    ),
+    Command(
+        "resume", lambda p, s: ["resume", "held"], lambda p, s: not (s / "paused" / "held").exists()
     ),
     Command(
         "schedule add",
-        lambda p: ["schedule", "add", "weekly", "--cron", "0 0 * * 0", "--", "true"],
+        lambda p, s: ["schedule", "add", "weekly", "--cron", "0 0 * * 0", "--", "true"],
         lambda p, s: _schedule(s, "weekly") is not None,
     ),
     Command(
         "schedule pause",
-        lambda p: ["schedule", "pause", "nightly"],
+        lambda p, s: ["schedule", "pause", "nightly"],
         lambda p, s: (_schedule(s, "nightly") or {}).get("paused") is True,
     ),
     Command(
         "schedule resume",
-        lambda p: ["schedule", "resume", "sleepy"],
+        lambda p, s: ["schedule", "resume", "sleepy"],
         lambda p, s: (_schedule(s, "sleepy") or {}).get("paused") is False,
     ),
     Command(
         "schedule rm",
-        lambda p: ["schedule", "rm", "nightly"],
+        lambda p, s: ["schedule", "rm", "nightly"],
         lambda p, s: _schedule(s, "nightly") is None,
     ),
-    Command("gc", lambda p: ["gc"], lambda p, s: not (s / "done" / "20000101").exists()),
-    Command("fsck", lambda p: ["fsck"], lambda p, s: not (s / "stray").exists()),
+    Command("gc", lambda p, s: ["gc"], lambda p, s: not (s / "done" / "20000101").exists()),
+    Command("fsck", lambda p, s: ["fsck"], lambda p, s: not (s / "stray").exists()),
+    Command(
+        "init", lambda p, s: ["init", str(s / "new")], lambda p, s: (s / "new/pending").is_dir()
+    ),
 ]
+if os.geteuid() == 0:  # only root shares a spool
+    COMMANDS.append(
+        Command(
+            "init --shared",
+            lambda p, s: ["init", "--shared", "root", str(s)],
+            lambda p, s: (s / "drop").is_dir(),
+        )
+    )
 
 STDOUT = ["closed", "full", "broken pipe", "pipe"]
 STDIN = ["closed", "full", "null", "pipe"]
@@ -199,7 +214,7 @@ def run(p: Prepared, tmp_path: Path, cmd: Command, out: str, inp: str, err: str)
         for fd, how in ((0, inp), (1, out), (2, err))
         if how in redirect
     )
-    argv = ["sh", "-c", f'exec "$@" {shell}', "sh", *TASKQ, *cmd.argv(p)]
+    argv = ["sh", "-c", f'exec "$@" {shell}', "sh", *TASKQ, *cmd.argv(p, spool)]
     env = {**os.environ, "TASKQ_SPOOL": str(spool)}
     reader, writer = os.pipe()
     if out == "broken pipe":

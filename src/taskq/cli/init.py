@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from taskq.cli import output
 from taskq.cli.common import init_spool
 from taskq.cli.params import PlainHelp
 from taskq.spool import sharing
@@ -25,11 +26,11 @@ def init_command(ctx: click.Context, group: str | None, directory: str | None) -
     if group is None:
         init_spool(spool)
         if spool.shared():
-            click.echo(f"spool {spool.root} is shared (it has drop/); left so")
+            output.done(f"spool {spool.root} is shared (it has drop/); left so")
         else:
-            click.echo(f"private spool {spool.root}")
+            output.done(f"private spool {spool.root}")
         return
     gid = sharing.group_id(group)
     for line in sharing.share(spool, gid):
-        click.echo(line)
-    click.echo(f"shared spool {spool.root} with group {group}: members submit through drop/")
+        output.done(line)
+    output.done(f"shared spool {spool.root} with group {group}: members submit through drop/")
