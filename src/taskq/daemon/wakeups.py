@@ -65,7 +65,7 @@ class Wakeups:
     def rewatch(self) -> None:
         """Watch the doorbell's directory afresh: the spool was made again, the old one is gone."""
         self.close()
-        self._observer = _watch(self.doorbell, self._bell_w)
+        self._observer = _watch(self.doorbell, self._bell_w, self.drop)
 
     def _on_hup(self, signum: int, _frame: Any) -> None:
         self.hup = True
