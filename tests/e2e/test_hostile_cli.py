@@ -20,7 +20,8 @@ import pytest
 from conftest import TASKQ, Daemon, Taskq, wait_for
 
 from taskq.spool.task import TaskName, bucket_of
-from taskq.times.timespec import MINUTE, parse_when
+from taskq.times.timespec import MINUTE
+from taskq.times.when import parse_when
 
 StartDaemon = Callable[..., Daemon]
 
@@ -46,13 +47,17 @@ def test_a_mistyped_spool_is_not_made_by_pause_or_resume(tmp_path: Path, argv: l
 # -- 15. standard input closed -------------------------------------------------
 
 
-@pytest.mark.parametrize("argv", [["--stdin", "--", "cat"], ["--batch", "-"]], ids=str)
+@pytest.mark.parametrize(
+    "argv",
+    [["submit", "--stdin", "--", "cat"], ["submit", "--batch", "-"], ["at", "now"], ["batch"]],
+    ids=str,
+)
 def test_a_closed_stdin_is_bad_input_not_a_traceback(tq: Taskq, argv: list[str]) -> None:
     tq.submit("--in", "1h", "--", "true")
     before = sorted(p.name for p in (tq.spool / "pending").rglob("*"))
     env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
     proc = subprocess.run(
-        ["sh", "-c", 'exec "$@" <&-', "sh", *TASKQ, "submit", *argv],
+        ["sh", "-c", 'exec "$@" <&-', "sh", *TASKQ, *argv],
         capture_output=True,
         env=env,
         timeout=60,
