@@ -176,6 +176,13 @@ COMMANDS = [
         lambda p, s: ["schedule", "rm", "nightly"],
         lambda p, s: _schedule(s, "nightly") is None,
     ),
+    Command("at", lambda p, s: ["at", "now + 1 hour"], _submitted(1), stdin=b"true\n"),
+    Command("batch", lambda p, s: ["batch"], _submitted(1), stdin=b"true\n"),
+    Command(
+        "atrm",
+        lambda p, s: ["atrm", p.pending],
+        lambda p, s: any(p.pending in n for n in _names(s / "cancelled")),
+    ),
     Command("gc", lambda p, s: ["gc"], lambda p, s: not (s / "done" / "20000101").exists()),
     Command("fsck", lambda p, s: ["fsck"], lambda p, s: not (s / "stray").exists()),
     Command(

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 import pwd
-import sys
 from datetime import tzinfo
 
 import click
 
-from taskq.cli.common import init_spool, spool_of
+from taskq.cli import output
+from taskq.cli.common import init_spool, read_stdin, spool_of, stdin
 from taskq.cli.params import PlainHelp
 from taskq.client import environment as submitter
 from taskq.client import limits, operations, request
@@ -134,9 +134,10 @@ def _queue_job(
     init_spool(spool)
     limits.check(spool, config.load(spool.root).limits, now, adding=1)
     name, _ = submit(spool, body)
-    click.echo(f"warning: commands will be executed using {SHELL}", err=True)
-    click.echo(f"job {name.id} at {_ctime(name.run_at, _local())}", err=True)
-    click.echo(name.id)
+    # Submitted: from here nothing may read as "not done" (taskq(1), EXIT STATUS).
+    output.complain(f"warning: commands will be executed using {SHELL}", prefix="")
+    output.complain(f"job {name.id} at {_ctime(name.run_at, _local())}", prefix="")
+    output.done(name.id, f"submitted {name.id}")
 
 
 def _read_job(file: str | None) -> bytes:
@@ -145,10 +146,10 @@ def _read_job(file: str | None) -> bytes:
         if file is not None:
             with open(file, "rb") as f:
                 data = f.read(MAX_STDIN + 1)
-        elif sys.stdin.isatty():
+        elif stdin("the job").isatty():
             data = _prompted()
         else:
-            data = sys.stdin.buffer.read(MAX_STDIN + 1)
+            data = read_stdin("the job", MAX_STDIN)
     except OSError as e:
         raise BadInput(
             f"cannot read the job from {file or 'standard input'}: {e.strerror}"
@@ -162,10 +163,10 @@ def _prompted() -> bytes:
     """Lines typed at a terminal, after at(1)'s 'at> ' prompt, until end of file."""
     lines: list[bytes] = []
     while True:
-        click.echo("at> ", err=True, nl=False)
-        line = sys.stdin.buffer.readline()
+        output.complain("at> ", prefix="", end="")
+        line = stdin("the job").readline()
         if not line:
-            click.echo("<EOT>", err=True)
+            output.complain("<EOT>", prefix="")
             return b"".join(lines)
         lines.append(line)
 
@@ -200,7 +201,7 @@ def atq_command(ctx: click.Context, queue: str | None) -> None:
         when = _ctime(parse_compact(row.compact), zone)
         lines.append(f"{row.id}\t{when} {shown} {_user(owner)}")
     if lines:
-        click.echo("\n".join(lines))
+        output.write("\n".join(lines))
 
 
 def _owner(path: str) -> int | None:
@@ -231,7 +232,7 @@ def atrm_command(ctx: click.Context, ids: tuple[str, ...]) -> None:
             failed.append(e)
             continue
         running = found.state in ("running", "cancelling")
-        click.echo(f"{'cancelling' if running else 'cancelled'} {found.name.id}")
+        output.done(f"{'cancelling' if running else 'cancelled'} {found.name.id}")
     if failed:
         error = TaskqError("; ".join(str(e) for e in failed))
         error.exit_status = failed[0].exit_status  # the first failure's, as for one ID

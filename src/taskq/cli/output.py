@@ -77,13 +77,13 @@ def done(text: str, what: str | None = None) -> None:
         complain(f"{what or text.replace(chr(10), '; ')}, but {e}")
 
 
-def complain(message: str) -> None:
-    """Write "taskq: message" to standard error if it can be written; never raise."""
+def complain(message: str, prefix: str = "taskq: ", end: str = "\n") -> None:
+    """Write prefix, message and end to standard error if it can be written; never raise."""
     stream = sys.stderr
     if stream is None:
         return
     try:
-        stream.write(f"taskq: {message}\n")
+        stream.write(f"{prefix}{message}{end}")
         stream.flush()
     except _FAILED:
         _to_null(2)
