@@ -427,6 +427,8 @@ def test_removing_state_json_runs_no_slot_twice_after_retention(
         (["submit", "--in", "\uff15m"], "bad duration"),  # a fullwidth 5
         (["submit", "--at", "\u0669:\u0660\u0660"], "bad time"),  # Arabic-Indic 9:00
         (["submit", "--max-attempts", "\uff13"], "not a whole number"),
+        (["submit", "--priority", "-\uff13"], "not a whole number"),
+        (["schedule", "add", "s", "--every", "1h", "--pause-after-failures", "\uff13"], "whole"),
         (["submit", "--in", "1m1m"], "each unit once"),
         (["submit", "--at", "9999-12-31T23:59:59.5Z"], "to 9999-12-31T23:59:59Z"),
         (["daemon", "--max-uncertainty", "0"], "must be more than --clock-margin"),
@@ -440,6 +442,11 @@ def test_rough_edges_are_one_line_and_status_2(tq: Taskq, argv: list[str], says:
     proc = tq.run(*argv, *tail, check=False)
     assert says in one_line_error(proc, 2)
     assert not (tq.spool / "schedules").exists() or not os.listdir(tq.spool / "schedules")
+
+
+def test_a_negative_priority_is_a_whole_number_too(tq: Taskq) -> None:
+    task_id = tq.submit("--priority", "-5", "--in", "1h", "--", "true")
+    assert tq.show(task_id)["priority"] == -5
 
 
 def test_iso_times_take_either_letter_case(tq: Taskq) -> None:

@@ -119,6 +119,15 @@ class Command:
         return self.name
 
 
+def _queued(spool: Path) -> int:
+    return sum(1 for state in ("pending", "waiting") for _ in _names(spool / state))
+
+
+def _queued_more(p: Prepared, s: Path) -> bool:
+    """A task more in pending/ or waiting/ than in the template."""
+    return _queued(s) > _queued(p.spool)
+
+
 def _submitted(count: int) -> Callable[[Prepared, Path], bool]:
     return lambda p, s: len(_pending(s)) == len(_pending(p.spool)) + count
 
@@ -182,6 +191,25 @@ COMMANDS = [
         "atrm",
         lambda p, s: ["atrm", p.pending],
         lambda p, s: any(p.pending in n for n in _names(s / "cancelled")),
+    ),
+    Command("schedule run", lambda p, s: ["schedule", "run", "nightly"], _queued_more),
+    Command(
+        "schedule skip",
+        lambda p, s: ["schedule", "skip", "nightly"],
+        lambda p, s: (_schedule(s, "nightly") or {}).get("skip_before") is not None,
+    ),
+    Command(
+        "schedule backfill",
+        lambda p, s: [
+            "schedule",
+            "backfill",
+            "nightly",
+            "--from",
+            "2020-01-01T00:00:00Z",
+            "--to",
+            "2021-06-01T00:00:00Z",
+        ],
+        _queued_more,
     ),
     Command("gc", lambda p, s: ["gc"], lambda p, s: not (s / "done" / "20000101").exists()),
     Command("fsck", lambda p, s: ["fsck"], lambda p, s: not (s / "stray").exists()),

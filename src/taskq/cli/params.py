@@ -80,7 +80,8 @@ class Count(_Type):
         if isinstance(value, int):
             return value  # a default, or converted already
         text = str(value).strip()
-        number = int(text) if text.isascii() and text.isdigit() else None
+        sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text)
+        number = sign * int(digits) if digits.isascii() and digits.isdigit() else None
         if number is None or number < self.least or (self.most is not None and number > self.most):
             top = "" if self.most is None else f" to {self.most}"
             self.fail(f"{_option(param)}: {value!r} is not a whole number from {self.least}{top}")

@@ -120,7 +120,7 @@ def schedule() -> None:
 @click.option(
     "--pause-after-failures",
     "pause_after",
-    type=click.IntRange(1, MAX_FAILURES),
+    type=Count(1, MAX_FAILURES),
     metavar="N",
     help="Pause the schedule after N failed occurrences in a row.",
 )
@@ -138,7 +138,7 @@ def schedule() -> None:
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Queue of each occurrence.")
 @click.option(
     "--priority",
-    type=click.IntRange(-MAX_PRIORITY, MAX_PRIORITY),
+    type=Count(-MAX_PRIORITY, MAX_PRIORITY),
     default=0,
     show_default=True,
     metavar="N",

@@ -12,7 +12,9 @@ from typing import Any
 
 import click
 
+from taskq.cli import output
 from taskq.cli.common import spool_of
+from taskq.cli.params import Count
 from taskq.errors import BadInput
 from taskq.schedules import asked, view
 from taskq.schedules.store import Store
@@ -24,7 +26,8 @@ JSON_HELP = "Print JSON instead of text."
 
 
 def _echo(as_json: bool, doc: Any, text: str) -> None:
-    click.echo(json.dumps(doc, indent=1) if as_json else text)
+    """Say what was done, once it is durable: printed or not, it was done (cli/output.py)."""
+    output.done(json.dumps(doc, indent=1) if as_json else text)
 
 
 @click.command()
@@ -50,9 +53,7 @@ def run(ctx: click.Context, name: str, force: bool, as_json: bool) -> None:
 
 @click.command()
 @click.argument("name")
-@click.option(
-    "-n", "count", type=click.IntRange(1, view.MAX_SKIP), help="Skip the next N occurrences."
-)
+@click.option("-n", "count", type=Count(1, view.MAX_SKIP), help="Skip the next N occurrences.")
 @click.option("--until", "until", metavar="WHEN", help="Skip the occurrences before WHEN.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 @click.option("--key", help="Idempotency key: a second submit with it creates nothing.")
 @click.option(
     "--priority",
-    type=click.IntRange(-MAX_PRIORITY, MAX_PRIORITY),
+    type=Count(-MAX_PRIORITY, MAX_PRIORITY),
     default=0,
     show_default=True,
     metavar="N",

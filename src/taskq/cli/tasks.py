@@ -279,13 +279,13 @@ def wait_command(
     for found in watch.wait(spool, list(task_ids), seconds):
         if isinstance(found, watch.Gone):  # it will never end: quarantined, or removed
             results.append(("gone", None))
-            output.done(f"{found.id} gone ({found.why})")
+            gone = {"id": found.id, "outcome": "gone", "exit_status": None, "why": found.why}
+            output.done(json.dumps(gone) if as_json else f"{found.id} gone ({found.why})")
             continue
         how, status = watch.outcome(spool, found)
         results.append((how, status))
-        if as_json:
-            doc = {"id": found.name.id, "outcome": how, "exit_status": status}
-            click.echo(json.dumps(doc))
+        if as_json:  # the exit status says it, printed or not
+            output.done(json.dumps({"id": found.name.id, "outcome": how, "exit_status": status}))
             continue
         shown = f" (exit status {status})" if how == "failed" and status is not None else ""
         output.done(f"{found.name.id} {how}{shown}")  # the exit status says it, printed or not

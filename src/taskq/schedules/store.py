@@ -443,9 +443,9 @@ class Store:
         for r in self.history(name):
             if r.get("event") in ("added", "replaced"):
                 latest = 0
-            for field in ("slot", "before") if r.get("event") in DECIDED else ():
+            for key in ("slot", "before") if r.get("event") in DECIDED else ():
                 with contextlib.suppress(TypeError, TaskqError):
-                    latest = max(latest, parse_when(str(r[field]), 0) if field in r else 0)
+                    latest = max(latest, parse_when(str(r[key]), 0) if key in r else 0)
         return latest
 
     def save_state(self, name: str, state: State, base: State | None = None) -> None:
