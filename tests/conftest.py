@@ -83,11 +83,15 @@ class Daemon:
         self._logf = open(log, "wb")  # noqa: SIM115 - closed in stop() or kill()
         argv = [*TASKQ, "daemon", *args]
         self.proc = subprocess.Popen(argv, stderr=self._logf, env=full_env)
-        wait_for(
-            lambda: b"started on" in log.read_bytes() or self.proc.poll() is not None,
-            60,  # a busy machine can take this long to import and bind
-            "the daemon to start",
-        )
+        try:
+            wait_for(
+                lambda: b"started on" in log.read_bytes() or self.proc.poll() is not None,
+                60,  # a busy machine can take this long to import and bind
+                "the daemon to start",
+            )
+        except BaseException:  # no caller holds this Daemon yet to kill it: do it here
+            self.kill()
+            raise
         if self.proc.poll() is not None:
             self._logf.close()
             raise AssertionError(f"the daemon exited at once: {log.read_text()}")
