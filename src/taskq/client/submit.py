@@ -318,5 +318,6 @@ def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
     if os.path.exists(tmp):
         # The first submitter bound the key and then stopped (or is about to
         # publish): publishing its durable body is exactly what it would do.
-        _publish_body(spool, tmp, first, spool.read_body(tmp))
+        with contextlib.suppress(FileNotFoundError):  # it has just published it itself
+            _publish_body(spool, tmp, first, spool.read_body(tmp))
     return first
