@@ -415,6 +415,34 @@ def test_removing_state_json_runs_no_slot_twice_after_retention(
     assert len(slots) == len(set(slots)), "a slot ran twice"
 
 
+# -- 10. spool text shown as one line of printable text --------------------------
+
+HOSTILE = "echo hi\nstate: done\x1b[2J\x07\rX\u202e\\n"
+SHOWN = "sh -c 'echo hi\\nstate: done\\x1b[2J\\x07\\rX\\u202e\\\\n'"
+
+
+def _printable_lines(text: str) -> list[str]:
+    lines = text.splitlines()
+    assert text.count("\n") == len(lines), repr(text)  # no \r, \v or \x1c.. breaking lines
+    for line in lines:
+        assert line.isprintable(), repr(line)
+    return lines
+
+
+def test_show_ls_and_schedule_show_print_commands_as_one_printable_line(tq: Taskq) -> None:
+    task_id = tq.submit("--in", "1h", "--", "sh", "-c", HOSTILE)
+    shown = _printable_lines(tq.run("show", task_id).stdout.decode())
+    assert [line for line in shown if line.startswith("state:")] == ["state:     pending"]
+    assert f"command:   {SHOWN}" in shown
+    (listed,) = _printable_lines(tq.run("ls", "--state", "pending").stdout.decode())[1:]
+    assert listed.endswith(f"  {SHOWN}"), listed
+    tq.run("schedule", "add", "evil", "--every", "1h", "--", "sh", "-c", HOSTILE)
+    described = _printable_lines(tq.run("schedule", "show", "evil").stdout.decode())
+    assert f"command:   {SHOWN}" in described
+    doc = json.loads(tq.run("show", "--json", task_id).stdout)
+    assert doc["command"] == ["sh", "-c", HOSTILE]  # JSON is for programs: the text as it is
+
+
 # -- 16, 17. rough edges --------------------------------------------------------------
 
 

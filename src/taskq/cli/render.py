@@ -6,7 +6,6 @@ stamp, UTC by default or local with its offset (--local, TASKQ_TIMEFMT).
 
 from __future__ import annotations
 
-import functools
 import re
 import shlex
 from collections.abc import Callable
@@ -16,6 +15,8 @@ from taskq.spool import journal
 from taskq.spool.layout import Located
 from taskq.spool.listing import Row
 from taskq.spool.task import TaskBody
+from taskq.text.quote import quote
+from taskq.text.shell import command_line
 from taskq.times.timespec import SECOND, format_duration, format_iso, parse_compact
 from taskq.times.when import parse_when
 
@@ -91,16 +92,10 @@ def ls_line(row: Row, with_command: bool = True, stamp: Stamp = format_iso) -> s
     line = f"{row.id}  {row.state:<10}  {run_at:<{width}}  {row.attempt:<3}  {row.queue:<8}"
     if not with_command:
         return line.rstrip()
-    command = _shell_line(tuple(row.command)) if row.command else "?"
+    command = command_line(tuple(row.command)) if row.command else "?"
     if row.after:
         command += f"  (after {','.join(row.after)})"
     return f"{line}  {command}"
-
-
-@functools.lru_cache(maxsize=1024)
-def _shell_line(argv: tuple[str, ...]) -> str:
-    """A command as a shell would read it, on one line (many tasks share theirs)."""
-    return shlex.join(argv).replace("\n", "\\n")
 
 
 def stats_text(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:
@@ -164,12 +159,16 @@ def daemon_line(r: dict[str, Any], stamp: Stamp = format_iso) -> str:
 
 
 def describe(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:
-    """The human form of show: fields, then one line per journal record."""
+    """The human form of show: fields, then one line per journal record.
+
+    Each line is one line of printable text whatever the task file or its
+    journal held (text.quote): a command's newline must not forge a field.
+    """
     state = doc["state"] + (" (expired)" if doc["expired"] else "")
     fields = [
         ("id", doc["id"]),
         ("state", state),
-        ("command", shlex.join(doc["command"])),
+        ("command", command_line(tuple(doc["command"]))),
         ("run_at", restamp(doc["run_at"], stamp)),
         ("submitted", restamp(doc["submitted_at"], stamp)),
         ("queue", doc["queue"]),
@@ -185,8 +184,9 @@ def describe(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:
         fields.append(("priority", str(doc["priority"])))
     if doc.get("after"):
         fields.append(("after", _after_text(doc)))
-    out = [f"{k + ':':<11}{v}" for k, v in fields]
-    out.extend(restamp(_journal_line(r), stamp) for r in doc["attempts"])
+    # The command is quoted already, as a shell line (text.shell); the rest here.
+    out = [f"{k + ':':<11}{v if k == 'command' else quote(str(v))}" for k, v in fields]
+    out.extend(restamp(quote(_journal_line(r)), stamp) for r in doc["attempts"])
     return "\n".join(out)
 
 

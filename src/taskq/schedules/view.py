@@ -16,6 +16,8 @@ from taskq.schedules.slots import local_text
 from taskq.schedules.store import Schedule, State, Store
 from taskq.spool import deps
 from taskq.spool.task import valid_id
+from taskq.text.quote import quote
+from taskq.text.shell import command_line
 from taskq.times.timespec import format_duration, format_iso
 
 MAX_SKIP = 10_000  # `schedule skip -n` at most
@@ -134,7 +136,7 @@ def describe(doc: dict[str, Any]) -> str:
         f"name:      {doc['name']}",
         f"when:      {doc['when']} ({doc['tz']})",
         f"catchup:   {doc['catchup']}    overlap: {doc['overlap']}    jitter: {doc['jitter']}s",
-        f"command:   {' '.join(doc['task']['argv'])}",
+        f"command:   {command_line(tuple(doc['task']['argv']))}",
         f"state:     {doc['state']}"
         + (f" (skipping slots before {doc['skip_before']})" if doc["skip_before"] else ""),
         f"next:      {doc['next'] or 'none'}" + (f"  ({doc['next_local']})" if doc["next"] else ""),
@@ -145,7 +147,7 @@ def describe(doc: dict[str, Any]) -> str:
     for e in doc["occurrences"]:
         extra = ""
         if e.get("why"):
-            extra = f" ({e['why']})"
+            extra = f" ({quote(str(e['why']))})"
         if e.get("count"):
             extra += f" {e['count']} slots after {e['after']}"
         lines.append(f"  {e['slot']}  {e.get('outcome', '?'):<10} {e.get('task', '')}{extra}")
