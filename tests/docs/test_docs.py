@@ -175,7 +175,7 @@ def test_synopsis_names_every_command() -> None:
 
 def test_every_task_state_is_documented() -> None:
     # The states of ls --state, in taskq(1)'s list of states and under ls.
-    from taskq.spool.layout import STATES
+    from taskq.spool.states import STATES
 
     text = _source("taskq.1")
     described = _section(text, r"\.SH DESCRIPTION")

@@ -18,6 +18,7 @@ from taskq.client.request import Request
 from taskq.client.submit import submit
 from taskq.spool import byid, ending
 from taskq.spool.layout import Spool
+from taskq.spool.states import State
 from taskq.times.clock import wall_us
 from taskq.times.timespec import DAY
 from taskq.times.when import parse_when
@@ -166,7 +167,7 @@ def test_a_safety_pass_resolves_what_a_killed_ender_left(
     day = tq.spool / "done" / "20990101"
     day.mkdir(parents=True)
     os.rename(found.path, day / os.path.basename(found.path))
-    assert ending.mark_ended(spool, first, "done")
+    assert ending.mark_ended(spool, first, State.DONE)
     assert tq.state(second) == "waiting"
     start_daemon("--rescan", "1h")  # the start-up pass, not the periodic one
     tq.wait_state(second, ("done",), timeout=30)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from taskq.client import fence
 from taskq.errors import EX_CONFLICT, EX_USAGE, Conflict
 from taskq.spool.layout import Spool
+from taskq.spool.states import Phase
 from taskq.spool.task import ClaimName, TaskName, new_id
 from taskq.times.timespec import SECOND
 
@@ -28,7 +29,7 @@ YEAR_2286 = 10**16 - 1  # µs: the last expiry the token's packing is exact for
 FAR = 4 * 10**15  # µs: a lease expiry in 2096
 
 
-def claim(attempt: int, expiry: int, phase: str = "started", host: str = "h") -> ClaimName:
+def claim(attempt: int, expiry: int, phase: Phase = Phase.STARTED, host: str = "h") -> ClaimName:
     task = TaskName(1_700_000_000 * SECOND, "0" * 26, attempt)
     return ClaimName(task, phase, expiry, 123, host)
 
@@ -134,8 +135,8 @@ def test_a_stale_attempt_fails_its_fence_check_after_a_takeover(
         (None, "the task is not claimed"),
         (claim(2, FAR), "attempt 2 holds it now"),
         (claim(1, FAR, host="other"), "taken over by other_123"),
-        (claim(1, FAR, phase="cancelling"), "a cancel was requested"),
-        (claim(1, FAR, phase="claimed"), "the claim is in phase claimed"),
+        (claim(1, FAR, phase=Phase.CANCELLING), "a cancel was requested"),
+        (claim(1, FAR, phase=Phase.CLAIMED), "the claim is in phase claimed"),
         (claim(1, 1_000 * SECOND), "its lease ran out at"),
     ],
 )
@@ -154,7 +155,7 @@ def test_fence_check_says_why_the_claim_is_not_held(
         fence.check(spool, task_id, token, "h", 2_000 * SECOND)
 
 
-def _rest(c: ClaimName) -> tuple[str, int, int, str]:
+def _rest(c: ClaimName) -> tuple[Phase, int, int, str]:
     return c.phase, c.expiry, c.pid, c.host
 
 
@@ -162,7 +163,7 @@ def test_fence_check_passes_for_the_holder(tmp_path: Path) -> None:
     spool = Spool(str(tmp_path / "spool"))
     spool.init()
     task_id = new_id(time.time_ns() // 1000)
-    held = ClaimName(TaskName(SECOND, task_id, 4), "started", FAR, 123, "h")
+    held = ClaimName(TaskName(SECOND, task_id, 4), Phase.STARTED, FAR, 123, "h")
     (Path(spool.claimed) / str(held)).touch()
     assert fence.check(spool, task_id, fence.token(held), "h", 2_000 * SECOND) == held
 

@@ -15,6 +15,7 @@ from conftest import Taskq
 
 from taskq.spool import listing
 from taskq.spool.layout import Spool
+from taskq.spool.states import State
 from taskq.spool.task import bucket_of
 from taskq.times.timespec import SECOND, format_iso
 
@@ -165,7 +166,7 @@ def test_ls_reads_only_the_buckets_its_window_needs(tq: Taskq) -> None:
     spool = Spool(str(tq.spool))
     before = now + 3 * HOUR
     with reads() as seen:
-        rows = list(listing.rows(spool, listing.Filter(states=("pending",), before=before)))
+        rows = list(listing.rows(spool, listing.Filter(states=(State.PENDING,), before=before)))
     assert len(rows) == 2
     listed = {os.path.basename(p) for p in seen if p.startswith(spool.pending)}
     assert listed == {"pending", bucket_of(now + HOUR), bucket_of(now + 2 * HOUR)}

@@ -20,7 +20,7 @@ from conftest import Daemon, Taskq, until, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from taskq.errors import EX_USAGE
-from taskq.spool.layout import STATES
+from taskq.spool.states import STATES
 from taskq.times.when import parse_when
 
 StartDaemon = Callable[..., Daemon]

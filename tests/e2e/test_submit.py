@@ -339,6 +339,7 @@ SUBMIT_BUDGET = {
     "taskq.spool.keys",
     "taskq.spool.layout",
     "taskq.spool.memo",
+    "taskq.spool.states",
     "taskq.spool.task",
     "taskq.text",
     "taskq.text.lazyre",

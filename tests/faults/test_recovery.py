@@ -17,6 +17,7 @@ import pytest
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
 
 from taskq.spool.defaults import default_host_id
+from taskq.spool.states import Phase
 from taskq.spool.task import ClaimName, TaskName
 
 StartDaemon = Callable[..., Daemon]
@@ -162,7 +163,7 @@ def test_kill_9_at_random_moments_loses_nothing(
     assert list((tq.spool / "claimed").iterdir()) == []
 
 
-def _orphan(tq: Taskq, task_id: str, phase: str) -> None:
+def _orphan(tq: Taskq, task_id: str, phase: Phase) -> None:
     """Move a pending task into claimed/ as a dead daemon on this host left it."""
     [path] = (tq.spool / "pending").glob(f"*/*_{task_id}_1_*")
     claim = ClaimName(TaskName.parse(path.name), phase, 0, 999_999_999, "testhost")
@@ -175,8 +176,8 @@ def test_claims_of_a_dead_daemon_that_never_spawned_are_released(
 ) -> None:
     claimed = tq.submit("--", *stamp_cmd(stamps))
     started = tq.submit("--", *stamp_cmd(stamps))
-    _orphan(tq, claimed, "claimed")
-    _orphan(tq, started, "started")
+    _orphan(tq, claimed, Phase.CLAIMED)
+    _orphan(tq, started, Phase.STARTED)
     assert tq.state(claimed) == "claimed" and tq.state(started) == "running"
     start_daemon()
     for task_id in (claimed, started):
@@ -208,7 +209,7 @@ def test_an_attempt_that_never_began_is_released_not_lost(
 ) -> None:
     """Its daemon died after creating the status file, before the spawn: no attempt used."""
     task_id = tq.submit("--", *stamp_cmd(stamps))
-    _orphan(tq, task_id, "started")
+    _orphan(tq, task_id, Phase.STARTED)
     log_dir = tq.spool / "logs" / task_id
     log_dir.mkdir(parents=True)
     (log_dir / "1.status").write_bytes(b"")  # created, never written by a supervisor

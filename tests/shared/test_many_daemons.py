@@ -22,6 +22,7 @@ from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
 from taskq.client.submit import submit
 from taskq.spool.layout import Spool
+from taskq.spool.states import Phase
 from taskq.spool.task import DEFAULT_PATH, TaskBody, new_id
 from taskq.times.timespec import SECOND
 from taskq.times.when import parse_when
@@ -191,7 +192,7 @@ def test_claim_expiry_is_judged_with_uncertainty(
     task_id = tq.submit("--", "true")
     [path] = (tq.spool / "pending").glob(f"*/*_{task_id}_1_*")
     expiry = time.time_ns() // 1000 + 15 * SECOND  # ample, however slow the machine
-    claim = ClaimName(TaskName.parse(path.name), "claimed", expiry, 12345, "elsewhere")
+    claim = ClaimName(TaskName.parse(path.name), Phase.CLAIMED, expiry, 12345, "elsewhere")
     os.rename(path, tq.spool / "claimed" / str(claim))
     start_host("here", "--lease", "0.6s", "--rescan", "0.2s")
     sentinel = tq.submit("--", "true")

@@ -29,6 +29,7 @@ from taskq.client.submit import submit
 from taskq.daemon.loadgate import BATCH_QUEUE
 from taskq.errors import BadInput, TaskqError
 from taskq.spool import config, listing
+from taskq.spool.states import State
 from taskq.spool.task import DEFAULT_QUEUE, MAX_STDIN, check_queue
 from taskq.times import zones
 from taskq.times.clock import wall_us
@@ -37,7 +38,7 @@ from taskq.times.when import parse_posix, parse_when
 
 SHELL = "/bin/sh"
 CTIME = "%a %b %e %H:%M:%S %Y"  # at(1)'s date: Tue Dec  1 09:42:00 2026
-_LISTED = ("waiting", "pending", "claimed", "running", "cancelling")
+_LISTED = (State.WAITING, State.PENDING, State.CLAIMED, State.RUNNING, State.CANCELLING)
 _RUNNING = ("claimed", "running", "cancelling")  # atq shows these in queue "="
 
 

@@ -22,7 +22,8 @@ from taskq.errors import BadInput, Conflict, NotFound, Unprinted, WaitTimeout
 from taskq.observe import watch
 from taskq.spool import byid, deps, journal, listing
 from taskq.spool.drop import Request
-from taskq.spool.layout import STATES, Spool
+from taskq.spool.layout import Spool
+from taskq.spool.states import STATES, State
 from taskq.spool.task import TaskName, check_id, check_queue
 from taskq.times.clock import wall_us
 from taskq.times.timespec import SECOND
@@ -32,7 +33,7 @@ from taskq.times.when import parse_when
 @click.command(cls=PlainHelp, name="ls")
 @click.option(
     "--state",
-    type=click.Choice(STATES),
+    type=click.Choice([s.value for s in STATES]),
     multiple=True,
     help="Only tasks in this state (repeatable).",
 )
@@ -190,7 +191,7 @@ def cancel_command(ctx: click.Context, task_id: str, ask_timeout: int) -> None:
     else:
         found = operations.cancel(spool, task_id)
         state, task_id = found.state, found.name.id
-    if state in ("running", "cancelling"):
+    if state in (State.RUNNING, State.CANCELLING):
         text = f"cancelling {task_id} (running: its daemon stops it, TERM then KILL)"
         output.done(text, f"cancelling {task_id} (running)")
     else:

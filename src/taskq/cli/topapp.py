@@ -18,6 +18,7 @@ from taskq.errors import TaskqError
 from taskq.observe.top import Picture, gather
 from taskq.spool.defaults import default_host_id
 from taskq.spool.layout import Spool
+from taskq.spool.states import State
 from taskq.spool.task import check_queue
 from taskq.times.clock import wall_us
 
@@ -156,7 +157,7 @@ class TopApp:
         except (TaskqError, OSError) as e:
             self.say(f"cannot cancel {task_id}: {e}")
             return
-        running = found.state in ("running", "cancelling")
+        running = found.state in (State.RUNNING, State.CANCELLING)
         self.say(f"{'cancelling' if running else 'cancelled'} {found.name.id}")
         self.refresh()
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from taskq.errors import BadInput, Conflict
 from taskq.spool import byid
 from taskq.spool.layout import Spool
+from taskq.spool.states import Phase
 from taskq.spool.task import ClaimName
 from taskq.times.timespec import format_iso
 
@@ -75,9 +76,9 @@ def _why_not(held: ClaimName | None, attempt: int, host: str, now: int) -> str |
         return f"attempt {held.task.attempt} holds it now"
     if held.host != host:
         return f"taken over by {held.owner}"
-    if held.phase == "cancelling":
+    if held.phase == Phase.CANCELLING:
         return "a cancel was requested"
-    if held.phase != "started":
+    if held.phase != Phase.STARTED:
         return f"the claim is in phase {held.phase}"
     if held.expiry <= now:
         return f"its lease ran out at {format_iso(held.expiry)} (is its daemon stopped?)"

@@ -17,7 +17,8 @@ from taskq.errors import Conflict, TaskqError
 from taskq.spool import byid, fsutil, journal, transitions
 from taskq.spool.ending import End, end_task
 from taskq.spool.faults import crash_point
-from taskq.spool.layout import END_STATES, Located, Spool
+from taskq.spool.layout import Located, Spool
+from taskq.spool.states import END_STATES, State
 from taskq.spool.task import MAX_ATTEMPT, TaskName, check_id
 from taskq.times.clock import wall_us
 from taskq.times.timespec import format_iso
@@ -48,9 +49,9 @@ def cancel(spool: Spool, task_id: str) -> Located:
         if found.state in END_STATES:
             raise Conflict(f"task {found.name.id} is already {found.state}")
         log_dir = spool.log_dir(found.name.id)
-        if found.state == "cancelling":
+        if found.state == State.CANCELLING:
             return found  # asked already; its daemon is stopping it
-        if found.state == "running" and found.claim is not None:
+        if found.state == State.RUNNING and found.claim is not None:
             transitions.request_cancel(spool, found.claim)
             crash_point("cancel.renamed")
             _durable(spool.claimed)
@@ -67,7 +68,7 @@ def cancel(spool: Spool, task_id: str) -> Located:
         end = end_task(
             spool,
             found,
-            "cancelled",
+            State.CANCELLED,
             now,
             "cancelled",
             point="cancel.renamed",
@@ -85,7 +86,7 @@ def _release_dependents(spool: Spool, found: Located, end: End, now: int) -> Non
     """After a cancel: what waited for the task is resolved; a waiting task waits no more."""
     from taskq.spool import deps
 
-    if found.state == "waiting":
+    if found.state == State.WAITING:
         with contextlib.suppress(TaskqError, OSError):
             deps.forget(spool, spool.read_body(end.path).after, found.name)
     if end.waited_for:
@@ -148,7 +149,7 @@ def reschedule(spool: Spool, task_id: str, run_at: int) -> TaskName:
     """Move a pending task to another run time."""
 
     def act(found: Located) -> TaskName:
-        if found.state != "pending":
+        if found.state != State.PENDING:
             raise Conflict(
                 f"task {found.name.id} is {found.state}; only a pending task can be rescheduled"
             )
@@ -173,7 +174,7 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
     """Put a failed task back in pending, as a new attempt with a fresh budget."""
 
     def act(found: Located) -> TaskName:
-        if found.state != "failed":
+        if found.state != State.FAILED:
             raise Conflict(
                 f"task {found.name.id} is {found.state}; only a failed task can be retried"
             )

@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from taskq.spool.states import Phase, State
 from taskq.spool.task import MAX_ATTEMPT
 from taskq.times.timespec import HOUR, SECOND
 
@@ -40,13 +41,13 @@ _rng = random.Random()
 class Outcome:
     """Where a task goes after an attempt: done, failed, cancelled, or pending (retry)."""
 
-    state: str
+    state: State
     delay: int = 0  # for a retry: how long after now
     reason: str | None = None
 
 
 def after_attempt(
-    phase: str,
+    phase: Phase,
     code: int | None,
     attempt: int,
     budget_first: Callable[[], int],
@@ -59,15 +60,15 @@ def after_attempt(
     budget_first gives the first attempt of the current budget (1, or the
     attempt an operator's retry began); it is asked only after a failure.
     """
-    if phase == "cancelling":
-        return Outcome("cancelled")
+    if phase == Phase.CANCELLING:
+        return Outcome(State.CANCELLED)
     if code == 0:
-        return Outcome("done")
+        return Outcome(State.DONE)
     if attempt >= MAX_ATTEMPT:
-        return Outcome("failed", reason=f"attempt {attempt} is the last a task can have")
+        return Outcome(State.FAILED, reason=f"attempt {attempt} is the last a task can have")
     if attempt - budget_first() + 1 < max_attempts:
-        return Outcome("pending", 0 if code is None else backoff.delay(attempt, rng))
-    return Outcome("failed", reason="attempts exhausted")
+        return Outcome(State.PENDING, 0 if code is None else backoff.delay(attempt, rng))
+    return Outcome(State.FAILED, reason="attempts exhausted")
 
 
 def expired(now: int, scheduled: int, expires: int | None) -> int | None:

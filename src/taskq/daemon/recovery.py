@@ -27,6 +27,7 @@ from taskq.spool import attemptfiles, fsutil, journal, transitions
 from taskq.spool import rundir as status
 from taskq.spool.faults import crash_point
 from taskq.spool.layout import stray
+from taskq.spool.states import Phase
 from taskq.spool.task import ClaimName, TaskBody
 from taskq.times.when import parse_when
 
@@ -162,7 +163,7 @@ class Recovery(Part):
         log.info("took over %s from %s: %s", old.task.id, old.owner, why)
         fields: dict[str, Any] = {"previous_owner": old.owner, "reason": why, "phase": old.phase}
         self.settler.note(held, "taken-over", now, **fields)
-        if held.phase == "claimed":
+        if held.phase == Phase.CLAIMED:
             self.settler.release(held, now, "claimed but never started")
             return
         self.on_taken(held.task.id, now)
@@ -197,7 +198,7 @@ class Recovery(Part):
         # taken over a shared filesystem proves nothing.
         if old.host == self.owner.host and attemptfiles.supervisor_alive(log_dir, attempt):
             self.attempts.add_adopted(run, None if start is None else start.get("proc_start"))
-            if held.phase == "cancelling":
+            if held.phase == Phase.CANCELLING:
                 self.stop_for_cancel(run, mono)
             self.settler.note(held, "adopted", now, previous_owner=old.owner, pid=run.pid)
             log.info("adopted running attempt %d of %s from %s", attempt, body.id, old.owner)

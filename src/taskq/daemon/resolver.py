@@ -23,6 +23,7 @@ from collections.abc import Callable
 from taskq.notify.event import Ended
 from taskq.spool import deps
 from taskq.spool.layout import Spool
+from taskq.spool.states import State
 from taskq.times.timespec import SECOND
 
 log = logging.getLogger("taskq")
@@ -81,10 +82,10 @@ class Resolver:
         """Resolve the waiters of these ended tasks; ring for the released ones."""
         resolved = deps.cascade(self.spool, ids, self.wall())
         for r in resolved:
-            if r.state == "cancelled":
+            if r.state == State.CANCELLED:
                 log.info("cancelled %s: %s", r.name.id, r.reason)
-                self.tell(Ended(r.name, "cancelled", r.path, r.reason))
+                self.tell(Ended(r.name, State.CANCELLED, r.path, r.reason))
             else:
                 log.info("released %s: %s", r.name.id, r.reason)
-        if any(r.state == "pending" for r in resolved):
+        if any(r.state == State.PENDING for r in resolved):
             self.spool.ring()

@@ -22,6 +22,7 @@ from taskq.spool import journal, transitions
 from taskq.spool.ending import end_task
 from taskq.spool.faults import crash_point
 from taskq.spool.layout import Spool
+from taskq.spool.states import Phase, State
 from taskq.spool.task import ClaimName, TaskBody, TaskName
 from taskq.times.timespec import format_iso
 
@@ -57,9 +58,9 @@ class Settler:
 
     def cancelling(self, held: ClaimName) -> ClaimName | None:
         """The claim as `taskq cancel` renamed it, if that is what happened."""
-        if held.phase == "cancelling":
+        if held.phase == Phase.CANCELLING:
             return None
-        asked = held.with_(phase="cancelling")
+        asked = held.with_(phase=Phase.CANCELLING)
         return asked if os.path.exists(transitions.claim_path(self.spool, asked)) else None
 
     def _lost_race(self, held: ClaimName, now: int, when: str, ran: bool = True) -> None:
@@ -71,7 +72,7 @@ class Settler:
         """
         asked = self.cancelling(held)
         if asked is not None:
-            self.finish(asked, "cancelled", now, event="cancelled", reason=when)
+            self.finish(asked, State.CANCELLED, now, event="cancelled", reason=when)
         elif ran:
             self.note(held, "lease-lost", now, reason="taken over before its end was settled")
             log.warning(
@@ -125,7 +126,7 @@ class Settler:
         out = policy.after_attempt(
             held.phase, code, held.task.attempt, budget_first, body.max_attempts, self.backoff
         )
-        if out.state == "pending":
+        if out.state == State.PENDING:
             self.retry(held, now + out.delay, now)
             return
         if out.reason is not None:
@@ -146,7 +147,7 @@ class Settler:
     def finish(
         self,
         held: ClaimName,
-        state: str,
+        state: State,
         now: int,
         body: TaskBody | None = None,
         event: str | None = None,
@@ -182,8 +183,8 @@ class Settler:
 
     def settle_unbegun(self, held: ClaimName, now: int, reason: str) -> None:
         """An orphaned attempt that never began: cancelled if asked, else back to pending."""
-        if held.phase == "cancelling":
-            self.finish(held, "cancelled", now, event="cancelled", reason="before it started")
+        if held.phase == Phase.CANCELLING:
+            self.finish(held, State.CANCELLED, now, event="cancelled", reason="before it started")
         else:
             self.release(held, now, reason)
 

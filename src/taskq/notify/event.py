@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.spool import journal
+from taskq.spool.states import State
 from taskq.spool.task import TaskBody, TaskName
 from taskq.times.timespec import format_iso
 
@@ -23,7 +24,7 @@ class Ended:
     """A task that reached an end state: its name, that state and its file there."""
 
     name: TaskName
-    state: str  # done, failed or cancelled
+    state: State  # done, failed or cancelled
     path: str
     reason: str | None = None  # why, when the mover knows (a dependency's end)
     body: TaskBody | None = None  # when the mover has it at hand (saves the teller a read)

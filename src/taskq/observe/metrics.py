@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from taskq.observe.snapshot import Snapshot
-from taskq.spool.layout import STATES
+from taskq.spool.states import STATES
 from taskq.times.timespec import SECOND
 
 # Lateness is milliseconds with free workers, and anything up to hours with none.

@@ -16,7 +16,8 @@ from taskq.observe import dircounts
 from taskq.observe.dircounts import DirCounts, queue_of, task_names
 from taskq.spool import fsutil, journal, pause
 from taskq.spool import rundir as status
-from taskq.spool.layout import STATES, Spool
+from taskq.spool.layout import Spool
+from taskq.spool.states import PHASE_OF, STATES, State
 from taskq.spool.task import TaskName, bucket_of
 from taskq.times.timespec import SECOND, format_compact, format_iso, parse_compact
 
@@ -39,14 +40,14 @@ def counted(spool: Spool, now: int) -> dict[str, Any]:
     overdue: collections.Counter[str] = collections.Counter()
     oldest: dict[str, int] = {}
     cache = DirCounts(spool.root, spool.run)
-    _count_pending(spool, now, cache, counts["pending"], overdue, oldest)
-    for state in ("claimed", "running", "cancelling"):
+    _count_pending(spool, now, cache, counts[State.PENDING], overdue, oldest)
+    for state in PHASE_OF:
         for found in spool.iter_state(state):
             counts[state][found.name.queue] += 1
     for day in fsutil.listdir(spool.done):
-        counts["done"].update(cache.count("done", day))
-    counts["failed"].update(cache.count("failed", ""))
-    counts["cancelled"].update(cache.count("cancelled", ""))
+        counts[State.DONE].update(cache.count(State.DONE, day))
+    counts[State.FAILED].update(cache.count(State.FAILED, ""))
+    counts[State.CANCELLED].update(cache.count(State.CANCELLED, ""))
     cache.save()
     return {
         "time": format_iso(now),
@@ -91,7 +92,7 @@ def _count_pending(
     future: collections.Counter[str] = collections.Counter()  # count texts: most buckets share one
     for bucket in spool.buckets():
         if bucket > current:
-            future[cache.count_text("pending", bucket)] += 1
+            future[cache.count_text(State.PENDING, bucket)] += 1
             continue
         for entry in sorted(task_names(spool.bucket_dir(bucket))):
             queue = queue_of(entry)

@@ -27,6 +27,7 @@ from taskq.observe import stats
 from taskq.spool import fsutil, journal
 from taskq.spool.layout import Spool
 from taskq.spool.listing import command_of
+from taskq.spool.states import PHASE_OF, STATE_OF, Phase
 from taskq.spool.task import ClaimName, TaskName, bucket_of, valid_bucket
 from taskq.times.timespec import SECOND, format_compact
 from taskq.times.when import parse_when
@@ -37,7 +38,6 @@ MAX_RUNNING = 200
 RECENT = 200  # finished tasks whose starts make the lateness histogram
 # Upper bounds (s) of the histogram's bars; the last bar is everything later.
 LATENESS_BARS = (0.001, 0.01, 0.1, 1.0, 10.0, 60.0)
-_STATE_OF_PHASE = {"claimed": "claimed", "started": "running", "cancelling": "cancelling"}
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def _queues(report: dict[str, Any], only: frozenset[str]) -> list[Queue]:
         if only and name not in only:
             continue
         late = report["overdue"].get(name, {})
-        running = sum(counts.get(s, {}).get(name, 0) for s in ("claimed", "running", "cancelling"))
+        running = sum(counts.get(s, {}).get(name, 0) for s in PHASE_OF)
         out.append(
             Queue(
                 name=name,
@@ -145,13 +145,13 @@ def _running(spool: Spool, queues: frozenset[str]) -> Iterator[Task]:
         shown = n < MAX_RUNNING  # past what is shown, only counted: no reads
         yield Task(
             id=name.id,
-            state=_STATE_OF_PHASE.get(claim.phase, claim.phase),
+            state=STATE_OF[claim.phase],
             queue=name.queue,
             run_at=name.run_at,
             attempt=name.attempt,
             command=_command(f"{spool.claimed}/{entry}") if shown else None,
             host=claim.host,
-            started=_started(spool, name) if shown and claim.phase != "claimed" else None,
+            started=_started(spool, name) if shown and claim.phase != Phase.CLAIMED else None,
         )
 
 

@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import attemptfiles, byid, fsutil, journal
-from taskq.spool.layout import END_STATES, Located, Spool
+from taskq.spool.layout import Located, Spool
+from taskq.spool.states import END_STATES, State
 from taskq.spool.task import check_id
 
 
@@ -110,7 +111,7 @@ def outcome(spool: Spool, found: Located) -> tuple[str, int | None]:
     """How an ended task ended: (done|failed|expired|cancelled, last exit status)."""
     records = journal.read(spool.log_dir(found.name.id))
     status = journal.exit_status(records)
-    if found.state == "failed" and journal.expired(records):
+    if found.state == State.FAILED and journal.expired(records):
         return "expired", status
     return found.state, status
 

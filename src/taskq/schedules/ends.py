@@ -15,18 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 from taskq.errors import NotFound, TaskqError
-from taskq.schedules.store import SKIP_REASONS, Schedule, State, Store
+from taskq.schedules.store import SKIP_REASONS, Cursor, Schedule, Store
 from taskq.spool import byid, journal
 from taskq.spool.layout import END_STATES, Spool
 from taskq.times.timespec import format_iso
 
 
-def auto_paused(sched: Schedule, state: State) -> bool:
+def auto_paused(sched: Schedule, state: Cursor) -> bool:
     """Whether --pause-after-failures has paused the schedule (and no resume since)."""
     return state.auto_paused is not None and state.auto_paused == sched.since
 
 
-def health(sched: Schedule, state: State) -> dict[str, Any]:
+def health(sched: Schedule, state: Cursor) -> dict[str, Any]:
     """How the schedule goes, from its state: `schedule show` and the metrics read this."""
     return {
         "paused": sched.paused or auto_paused(sched, state),
@@ -46,7 +46,7 @@ def _iso(us: int | None) -> str | None:
 
 
 def watch(
-    store: Store, sched: Schedule, state: State, running: frozenset[str], now: int
+    store: Store, sched: Schedule, state: Cursor, running: frozenset[str], now: int
 ) -> dict[str, Any] | None:
     """Record the ends of live occurrences; the pause event if this pass paused it."""
     if state.auto_paused is not None and not auto_paused(sched, state):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from taskq.schedules.store import Schedule, State
+from taskq.schedules.store import Cursor, Schedule
 from taskq.spool.task import TaskName
 from taskq.times.timespec import format_iso
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from taskq.schedules.materialise import Pass
 
 
-def next_slot(sched: Schedule, state: State) -> int | None:
+def next_slot(sched: Schedule, state: Cursor) -> int | None:
     """The slot of the next occurrence, if the previous one has ended (or there is none)."""
     every = sched.spec.every
     assert every is not None
@@ -36,7 +36,7 @@ def next_slot(sched: Schedule, state: State) -> int | None:
     return sched.since + every
 
 
-def follow(p: Pass, sched: Schedule, state: State) -> None:
+def follow(p: Pass, sched: Schedule, state: Cursor) -> None:
     """Make the next occurrence once the previous one has ended."""
     from taskq.schedules import materialise  # it calls this module: imported when used
 
@@ -58,7 +58,7 @@ def follow(p: Pass, sched: Schedule, state: State) -> None:
     state.checked = True
 
 
-def upcoming(sched: Schedule, state: State, now: int, n: int) -> list[int]:
+def upcoming(sched: Schedule, state: Cursor, now: int, n: int) -> list[int]:
     """The next n slots if every run took no time: what `schedule next` shows."""
     every = sched.spec.every
     assert every is not None

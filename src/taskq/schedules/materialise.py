@@ -32,10 +32,11 @@ from taskq.client import operations
 from taskq.client.submit import submit
 from taskq.errors import CorruptFile, NotFound, TaskqError
 from taskq.schedules import ends, following
-from taskq.schedules.store import MAX_LIVE, Schedule, State, Store, catchup_keep
+from taskq.schedules.store import MAX_LIVE, Cursor, Schedule, Store, catchup_keep
 from taskq.spool import byid, deps, fsutil
 from taskq.spool.ending import end_task
 from taskq.spool.layout import Located, Spool
+from taskq.spool.states import State
 from taskq.spool.task import ClaimName, TaskBody, TaskName, bucket_of
 from taskq.spool.transitions import CLAIM_LEAD_MAX
 from taskq.times.timespec import MAX_INSTANT, MS, SECOND, format_iso
@@ -125,7 +126,7 @@ def advance(p: Pass, sched: Schedule) -> int | None:
     return _next_pass(p, sched, state, paused)
 
 
-def _next_pass(p: Pass, sched: Schedule, state: State, paused: bool) -> int | None:
+def _next_pass(p: Pass, sched: Schedule, state: Cursor, paused: bool) -> int | None:
     out = []
     if state.held is not None or (state.live and sched.every_after):
         out.append(p.now + HELD_POLL)
@@ -141,7 +142,7 @@ def _next_pass(p: Pass, sched: Schedule, state: State, paused: bool) -> int | No
 # -- the steps ---------------------------------------------------------------
 
 
-def _catch_up(p: Pass, sched: Schedule, state: State) -> None:
+def _catch_up(p: Pass, sched: Schedule, state: Cursor) -> None:
     """Decide the slots that fell due with no task (every daemon down), as --catchup says."""
     keep = catchup_keep(sched.catchup)
     lo = max(state.cursor, sched.since - 1)
@@ -202,7 +203,7 @@ def _log_skipped(
     )
 
 
-def _judge(p: Pass, sched: Schedule, state: State, paused: bool) -> None:
+def _judge(p: Pass, sched: Schedule, state: Cursor, paused: bool) -> None:
     """GUARD before the next slot: skip it if paused or skipped; on overlap, as --overlap says."""
     if state.cursor_task is None or state.checked or p.now < state.cursor - guard(sched):
         return
@@ -258,7 +259,7 @@ def _held_by_another(p: Pass, name: str) -> bool:
         found = byid.locate(p.spool, TaskName.parse(name).id)
     except (TaskqError, ValueError):
         return False
-    return found.state == "pending" and found.name.run_at == HELD_AT
+    return found.state == State.PENDING and found.name.run_at == HELD_AT
 
 
 def skipped_by_operator(sched: Schedule, slot: int) -> bool:
@@ -266,7 +267,7 @@ def skipped_by_operator(sched: Schedule, slot: int) -> bool:
     return sched.skip_before is not None and slot < sched.skip_before
 
 
-def running_before(p: Pass, state: State, not_this: str | None) -> list[str]:
+def running_before(p: Pass, state: Cursor, not_this: str | None) -> list[str]:
     """The schedule's occurrences that run now, other than not_this (the one being judged)."""
     ids = [_id(state.prev_task), *state.live]
     return sorted({t for t in ids if t is not None and t != not_this and t in p.running})
@@ -282,7 +283,7 @@ def _stop(p: Pass, name: str, running: list[str]) -> None:
         p.store.log(name, "stopped", p.now, task=tid, why="replaced")
 
 
-def _release(p: Pass, sched: Schedule, state: State) -> None:
+def _release(p: Pass, sched: Schedule, state: Cursor) -> None:
     """Start a queued (or replacing) occurrence once those it waits for have ended."""
     assert state.held is not None
     if running_before(p, state, _id(state.held)) or state.held_behind in p.running:
@@ -296,7 +297,7 @@ def _release(p: Pass, sched: Schedule, state: State) -> None:
     state.held = state.held_behind = None
 
 
-def _held_slot(p: Pass, state: State) -> int:
+def _held_slot(p: Pass, state: Cursor) -> int:
     """The slot of the held occurrence: it is released at it at the earliest (never early)."""
     found = _pending(p, str(state.held))
     slot = None if found is None else _slot_of(p, found[1])
@@ -306,7 +307,7 @@ def _held_slot(p: Pass, state: State) -> int:
         return state.cursor
 
 
-def _adopt_held(p: Pass, sched: Schedule, state: State) -> None:
+def _adopt_held(p: Pass, sched: Schedule, state: Cursor) -> None:
     """Take back a queued occurrence whose pass was killed before it saved its state."""
     bucket = p.spool.bucket_dir(bucket_of(HELD_AT))
     for entry in fsutil.listdir(bucket):
@@ -321,7 +322,7 @@ def _adopt_held(p: Pass, sched: Schedule, state: State) -> None:
             return
 
 
-def _top_up(p: Pass, sched: Schedule, state: State) -> None:
+def _top_up(p: Pass, sched: Schedule, state: Cursor) -> None:
     """Once the cursor slot is due, make the first slot after now (catch-up took the rest)."""
     if state.cursor > p.now:
         return  # the next one is made, or decided, ahead
@@ -344,7 +345,7 @@ def _top_up(p: Pass, sched: Schedule, state: State) -> None:
 # -- tasks -------------------------------------------------------------------
 
 
-def make(p: Pass, sched: Schedule, state: State, slot: int, run_at: int, event: str) -> str | None:
+def make(p: Pass, sched: Schedule, state: Cursor, slot: int, run_at: int, event: str) -> str | None:
     """Submit the occurrence of slot (or get the one already made); its name."""
     body = sched.request(slot, run_at).body(sched.task.argv, p.now)
     name, created = submit(p.spool, body)
@@ -388,8 +389,8 @@ def cancel_if_pending(p: Pass, name: str) -> str | None:
         return None
     task, path = found
     try:
-        pending = Located("pending", path, task)
-        end = end_task(p.spool, pending, "cancelled", p.now, "cancelled", by="schedule")
+        pending = Located(State.PENDING, path, task)
+        end = end_task(p.spool, pending, State.CANCELLED, p.now, "cancelled", by="schedule")
     except FileNotFoundError:
         return None  # claimed meanwhile: it runs
     if end.waited_for:

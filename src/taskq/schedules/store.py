@@ -278,7 +278,7 @@ def backfill_key(name: str, slot: int) -> str:
 
 
 @dataclass
-class State:
+class Cursor:
     """state.json: the cursor of materialisation (see the module docstring).
 
     cursor is the latest slot decided (made a task, or skipped) and
@@ -330,7 +330,7 @@ class State:
         return (json.dumps(doc, indent=1) + "\n").encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> State:
+    def from_json(cls, data: bytes) -> Cursor:
         try:
             doc = json.loads(data)
             return cls(
@@ -423,12 +423,12 @@ class Store:
     def write(self, sched: Schedule) -> None:
         _replace_file(os.path.join(self.dir(sched.name), SCHEDULE), sched.to_json())
 
-    def state(self, name: str, since: int) -> State:
+    def state(self, name: str, since: int) -> Cursor:
         """The cursor; if state.json is gone or unreadable, the journal's (recovered)."""
         try:
-            return State.from_json(fsutil.read_spool_file(self._state(name), MAX_FILE))
+            return Cursor.from_json(fsutil.read_spool_file(self._state(name), MAX_FILE))
         except (OSError, CorruptFile):
-            return State(cursor=max(since - 1, self.last_decided(name)))
+            return Cursor(cursor=max(since - 1, self.last_decided(name)))
 
     def last_decided(self, name: str) -> int:
         """The latest slot the journal says this schedule decided (made or skipped); 0 if none.
@@ -448,7 +448,7 @@ class Store:
                     latest = max(latest, parse_when(str(r[key]), 0) if key in r else 0)
         return latest
 
-    def save_state(self, name: str, state: State, base: State | None = None) -> None:
+    def save_state(self, name: str, state: Cursor, base: Cursor | None = None) -> None:
         """Write the state; with base (what this pass read), keep live ids added since."""
         if base is not None:
             now_on_disk = self.state(name, state.cursor + 1)

@@ -13,8 +13,9 @@ from taskq.schedules import following
 from taskq.schedules.ends import auto_paused, health
 from taskq.schedules.materialise import skipped_by_operator
 from taskq.schedules.slots import local_text
-from taskq.schedules.store import Schedule, State, Store
+from taskq.schedules.store import Cursor, Schedule, Store
 from taskq.spool import deps
+from taskq.spool.states import State
 from taskq.spool.task import valid_id
 from taskq.text.quote import quote
 from taskq.text.shell import command_line
@@ -40,7 +41,7 @@ def detail(store: Store, name: str, now: int) -> dict[str, Any]:
     return doc
 
 
-def status(sched: Schedule, state: State, nxt: int | None) -> str:
+def status(sched: Schedule, state: Cursor, nxt: int | None) -> str:
     """active, paused, paused (failures), skipping (until the next slot) or ended."""
     if sched.paused:
         return "paused"
@@ -51,14 +52,14 @@ def status(sched: Schedule, state: State, nxt: int | None) -> str:
     return "active"
 
 
-def next_slot(sched: Schedule, state: State, now: int) -> int | None:
+def next_slot(sched: Schedule, state: Cursor, now: int) -> int | None:
     """The next slot that will run (past those `schedule skip` covers); None if none."""
     found = upcoming(sched, state, now, 1, skipped=False)
     return found[0][0] if found else None
 
 
 def upcoming(
-    sched: Schedule, state: State, now: int, n: int, skipped: bool = True
+    sched: Schedule, state: Cursor, now: int, n: int, skipped: bool = True
 ) -> list[tuple[int, bool]]:
     """The next n slots and whether each is skipped (`schedule skip`); none while paused."""
     if sched.paused or auto_paused(sched, state):
@@ -124,7 +125,7 @@ def _occurrences(store: Store, name: str) -> list[dict[str, Any]]:
     return recent
 
 
-def _task_states(store: Store, ids: set[str]) -> dict[str, str]:
+def _task_states(store: Store, ids: set[str]) -> dict[str, State]:
     return deps.states_of(store.spool, sorted(i for i in ids if valid_id(i)))
 
 

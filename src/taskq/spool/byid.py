@@ -31,11 +31,11 @@ import os
 from taskq.errors import NotFound, TaskqError
 from taskq.spool import fsutil, journal
 from taskq.spool.layout import Located, Spool
+from taskq.spool.states import STATE_OF, State
 from taskq.spool.task import ClaimName, TaskBody, TaskName, check_id
 from taskq.times.timespec import format_compact
 
 ROUNDS = 3  # probe rounds before a lookup falls back to listing the spool
-_STATE_OF_PHASE = {"claimed": "claimed", "started": "running", "cancelling": "cancelling"}
 _RESCHEDULES = ("rescheduled", "retried", "retry")  # journal events that rename a task
 
 
@@ -157,14 +157,14 @@ def probe(spool: Spool, task_id: str, names: list[TaskName]) -> Located | None:
     for name in names:
         path = os.path.join(spool.bucket_dir(name.bucket), str(name))
         if os.path.lexists(path):
-            return Located("pending", path, name)
+            return Located(State.PENDING, path, name)
         path = os.path.join(spool.waiting, str(name))  # --after: named as in pending/
         if os.path.lexists(path):
-            return Located("waiting", path, name)
+            return Located(State.WAITING, path, name)
     found = claimed(spool, task_id)
     if found is not None:
         return found
-    for directory, state in ((spool.failed, "failed"), (spool.cancelled, "cancelled")):
+    for directory, state in ((spool.failed, State.FAILED), (spool.cancelled, State.CANCELLED)):
         for name in names:
             path = os.path.join(directory, str(name))
             if os.path.lexists(path):
@@ -173,7 +173,7 @@ def probe(spool: Spool, task_id: str, names: list[TaskName]) -> Located | None:
         for name in names:
             path = os.path.join(spool.done, day, str(name))
             if os.path.lexists(path):
-                return Located("done", path, name)
+                return Located(State.DONE, path, name)
     return None
 
 
@@ -192,7 +192,7 @@ def claimed(spool: Spool, task_id: str) -> Located | None:
             continue
         if claim.task.id == task_id:
             path = os.path.join(spool.claimed, entry)
-            return Located(_STATE_OF_PHASE[claim.phase], path, claim.task, claim)
+            return Located(STATE_OF[claim.phase], path, claim.task, claim)
     return None
 
 

@@ -19,6 +19,7 @@ import stat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taskq.errors import ConfigError, TaskqError
+from taskq.spool.states import END_STATES
 from taskq.text.lazyre import Lazy
 from taskq.times.timespec import SECOND, parse_duration
 
@@ -37,7 +38,7 @@ class Notify(NamedTuple):
     """The [notify] table: a hook run with one JSON event per ended task."""
 
     command: tuple[str, ...]
-    on: frozenset[str] = frozenset(("done", "failed", "cancelled"))
+    on: frozenset[str] = frozenset(END_STATES)
     timeout: int = 30 * SECOND
 
 
@@ -136,8 +137,8 @@ class SpoolConfig:
         command = table.get("command")
         if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
             raise ConfigError(f"{where}.command must be a non-empty list of strings")
-        on = table.get("on", ["done", "failed", "cancelled"])
-        if not (isinstance(on, list) and set(on) <= {"done", "failed", "cancelled"}):
+        on = table.get("on", list(END_STATES))
+        if not (isinstance(on, list) and set(on) <= set(END_STATES)):
             raise ConfigError(f"{where}.on must list some of done, failed, cancelled")
         return Notify(tuple(command), frozenset(on), _duration(where, table.get("timeout", "30s")))
 

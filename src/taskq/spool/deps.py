@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import byid, fsutil, journal, transitions
 from taskq.spool.ending import MARK, dep_dir, end_task, mark_ended, marker
-from taskq.spool.layout import END_STATES, Located, Spool
+from taskq.spool.layout import Located, Spool
+from taskq.spool.states import END_STATES, State
 from taskq.spool.task import TaskBody, TaskName, check_id, valid_id
 
 _LINK_TRIES = 100  # a resolver removes an emptied deps/X/ at most once per end
@@ -43,7 +44,7 @@ class Resolved:
     """A waiting task that moved on: to pending (its dependencies ended) or cancelled."""
 
     name: TaskName
-    state: str  # "pending" or "cancelled"
+    state: State  # pending or cancelled
     reason: str
     path: str
     waited_for: bool = False  # it was cancelled, and something waits for it in turn
@@ -77,16 +78,16 @@ def waiters(spool: Spool, task_id: str) -> list[TaskName]:
     return out
 
 
-def verdict(body: TaskBody, ended: dict[str, str | None]) -> tuple[str, str] | None:
+def verdict(body: TaskBody, ended: dict[str, State | None]) -> tuple[State, str] | None:
     """Where a waiting task goes given how its dependencies ended; None: keep waiting."""
     if not body.after_any:
         for dep in body.after:
-            if ended.get(dep) in ("failed", "cancelled"):
-                return "cancelled", f"dependency {dep} {ended[dep]}"
+            if ended.get(dep) in (State.FAILED, State.CANCELLED):
+                return State.CANCELLED, f"dependency {dep} {ended[dep]}"
     if any(ended.get(dep) is None for dep in body.after):
         return None
     how = "ended" if body.after_any else "done"
-    return "pending", f"dependencies {how}: {', '.join(body.after)}"
+    return State.PENDING, f"dependencies {how}: {', '.join(body.after)}"
 
 
 def resolve(
@@ -111,10 +112,10 @@ def resolve(
     if found is None:
         return None
     state, reason = found
-    located = Located("waiting", path, name)
+    located = Located(State.WAITING, path, name)
     waited_for = False
     try:
-        if state == "pending":
+        if state == State.PENDING:
             dest = _release(spool, located, now, reason)
         else:
             end = end_task(spool, located, state, now, "cancelled", reason=reason, was="waiting")
@@ -156,7 +157,7 @@ def cascade(spool: Spool, ended: list[str], now: int) -> list[Resolved]:
 def release_waiters(spool: Spool, task_id: str, now: int) -> list[Resolved]:
     """Resolve at once the waiters of a task ended outside a daemon (taskq cancel)."""
     resolved = cascade(spool, [task_id], now)
-    if any(r.state == "pending" for r in resolved):
+    if any(r.state == State.PENDING for r in resolved):
         spool.ring()
     return resolved
 
@@ -189,7 +190,7 @@ def pending_ends(spool: Spool) -> list[str]:
 # -- the submitter's side -----------------------------------------------------
 
 
-def states_of(spool: Spool, ids: list[str]) -> dict[str, str]:
+def states_of(spool: Spool, ids: list[str]) -> dict[str, State]:
     """Where each of the tasks is now, found by id (byid.locate_all); one not found is left out."""
     return {task_id: found.state for task_id, found in byid.locate_all(spool, ids).items()}
 

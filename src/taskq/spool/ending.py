@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 
 from taskq.spool import fsutil, journal, transitions
 from taskq.spool.faults import crash_point
-from taskq.spool.layout import END_STATES, Located, Spool
+from taskq.spool.layout import Located, Spool
+from taskq.spool.states import END_STATES, State
 from taskq.spool.task import ClaimName, check_id
 
 MARK = "ended."
@@ -35,7 +36,7 @@ class End(NamedTuple):
 def end_task(
     spool: Spool,
     found: Located | ClaimName,
-    state: str,
+    state: State,
     now: int,
     event: str | None = None,
     *,
@@ -57,7 +58,7 @@ def end_task(
     moved: set[str] = set() if touched is None else touched
     if held is not None:
         dest = transitions.finish(spool, held, state, now, moved)
-    elif state == "cancelled":
+    elif state == State.CANCELLED:
         assert not isinstance(found, ClaimName)
         dest = transitions.cancel(spool, found, moved)
     else:
@@ -76,7 +77,7 @@ def dep_dir(spool: Spool, task_id: str) -> str:
     return os.path.join(spool.deps, check_id(task_id))
 
 
-def marker(spool: Spool, task_id: str) -> str | None:
+def marker(spool: Spool, task_id: str) -> State | None:
     """How a dependency ended, as its marker says; None if no end is recorded."""
     directory = dep_dir(spool, task_id)
     for state in END_STATES:
@@ -85,7 +86,7 @@ def marker(spool: Spool, task_id: str) -> str | None:
     return None
 
 
-def mark_ended(spool: Spool, task_id: str, state: str, touched: set[str] | None = None) -> bool:
+def mark_ended(spool: Spool, task_id: str, state: State, touched: set[str] | None = None) -> bool:
     """Record that a task ended, if something waits for it; True if something may.
 
     With touched, the caller's group commit makes the marker durable; else

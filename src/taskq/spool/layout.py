@@ -19,6 +19,7 @@ from typing import NamedTuple
 from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.faults import crash_point
+from taskq.spool.states import PHASE_OF, STATES, State
 from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, check_id, valid_bucket
 from taskq.times.timespec import format_compact
 
@@ -46,9 +47,6 @@ SUBDIRS = (
 # A shared spool's (`taskq init --shared`; see drop.py): what members drop,
 # what daemons picked up, and the answers for members to read.
 DROP_DIRS = ("drop", "pickup", "replies")
-STATES = ("waiting", "pending", "claimed", "running", "cancelling", "done", "failed", "cancelled")
-_PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
-END_STATES = ("done", "failed", "cancelled")
 DOORBELL = "doorbell"
 RANKED = "priorities"
 
@@ -74,7 +72,7 @@ def stray(entry: str) -> bool:
 class Located(NamedTuple):  # not a dataclass: making one costs every `taskq` run start-up time
     """A task found in the spool: its state, file path and parsed name."""
 
-    state: str
+    state: State
     path: str
     name: TaskName
     claim: ClaimName | None = None
@@ -207,20 +205,20 @@ class Spool:
                 self.warn(f"skipped {os.path.relpath(directory, self.root)}: {e.strerror}")
             return []
 
-    def iter_state(self, state: str) -> Iterator[Located]:
+    def iter_state(self, state: State) -> Iterator[Located]:
         """Yield the tasks in one state; names that do not parse are skipped."""
-        if state == "pending":
+        if state == State.PENDING:
             for bucket in self.buckets():
-                yield from self._iter_flat("pending", self.bucket_dir(bucket), skip=True)
-        elif state in _PHASE_OF:
+                yield from self._iter_flat(state, self.bucket_dir(bucket), skip=True)
+        elif state in PHASE_OF:
             yield from self._iter_claimed(state)
-        elif state == "done":
+        elif state == State.DONE:
             for day in fsutil.listdir(self.done):
-                yield from self._iter_flat("done", os.path.join(self.done, day), skip=True)
+                yield from self._iter_flat(state, os.path.join(self.done, day), skip=True)
         else:
             yield from self._iter_flat(state, getattr(self, state))
 
-    def _iter_flat(self, state: str, directory: str, skip: bool = False) -> Iterator[Located]:
+    def _iter_flat(self, state: State, directory: str, skip: bool = False) -> Iterator[Located]:
         for entry in self.readable_entries(directory) if skip else fsutil.listdir(directory):
             if stray(entry):
                 continue
@@ -230,8 +228,8 @@ class Spool:
                 continue
             yield Located(state, os.path.join(directory, entry), name)
 
-    def _iter_claimed(self, state: str) -> Iterator[Located]:
-        phase = _PHASE_OF[state]
+    def _iter_claimed(self, state: State) -> Iterator[Located]:
+        phase = PHASE_OF[state]
         for entry in fsutil.listdir(self.claimed):
             try:
                 claim = ClaimName.parse(entry)

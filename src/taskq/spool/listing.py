@@ -23,11 +23,11 @@ from typing import NamedTuple
 from taskq.errors import NotFound
 from taskq.spool import byid, fsutil
 from taskq.spool.keys import key_path, read_key
-from taskq.spool.layout import STATES, Spool, stray
+from taskq.spool.layout import Spool, stray
+from taskq.spool.states import PHASE_OF, STATES, State
 from taskq.spool.task import CLAIM_NAME, MAX_BODY, TASK_NAME, bucket_of, day_of, valid_bucket
 from taskq.times.timespec import HOUR, format_compact
 
-_PHASE_OF = {"claimed": "claimed", "running": "started", "cancelling": "cancelling"}
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _DECODER = json.JSONDecoder()
 _DONE_SLACK = HOUR  # a task finishes after its run_at, give or take clocks that disagree
@@ -37,7 +37,7 @@ _DONE_SLACK = HOUR  # a task finishes after its run_at, give or take clocks that
 class Filter:
     """What to list: states (in listing order), queues, a run_at window, a limit."""
 
-    states: tuple[str, ...] = STATES
+    states: tuple[State, ...] = STATES
     queues: frozenset[str] = frozenset()
     after: int | None = None  # run_at >= after
     before: int | None = None  # run_at < before
@@ -54,7 +54,7 @@ class Filter:
 class Row(NamedTuple):
     """One listed task: what its file name says, and the command its body holds."""
 
-    state: str
+    state: State
     path: str
     compact: str  # run_at, as in the name
     id: str
@@ -127,7 +127,7 @@ def _rest(fd: int) -> bytes:
 class Job(NamedTuple):
     """One directory to list (a bucket, a done/ day, a state's directory) in one state."""
 
-    state: str
+    state: State
     directory: str
     member_made: bool  # a bucket or done/ day: unreadable means skipped, not an error
 
@@ -149,18 +149,18 @@ def rows(spool: Spool, flt: Filter) -> Iterator[Row]:
 def jobs(spool: Spool, flt: Filter) -> Iterator[Job]:
     """The directories to list, in listing order: only those the filter's window can need."""
     for state in flt.states:
-        if state == "pending":
+        if state == State.PENDING:
             first = "" if flt.after is None else bucket_of(flt.after)
             last = "~" if flt.before is None else bucket_of(flt.before)
             for bucket in fsutil.listdir(spool.pending):
                 if valid_bucket(bucket) and first <= bucket <= last:
                     yield Job(state, spool.bucket_dir(bucket), True)
-        elif state == "done":
+        elif state == State.DONE:
             first = "" if flt.after is None else day_of(flt.after - _DONE_SLACK)
             for day in fsutil.listdir(spool.done):
                 if not stray(day) and day >= first:
                     yield Job(state, os.path.join(spool.done, day), True)
-        elif state in _PHASE_OF:
+        elif state in PHASE_OF:
             yield Job(state, spool.claimed, False)
         else:
             yield Job(state, getattr(spool, state), False)
@@ -169,7 +169,7 @@ def jobs(spool: Spool, flt: Filter) -> Iterator[Job]:
 def job_rows(spool: Spool, job: Job, flt: Filter) -> Iterator[Row]:
     """The rows of one directory, by run_at."""
     low, high = flt.window()
-    if job.state in _PHASE_OF:
+    if job.state in PHASE_OF:
         yield from _claimed_rows(spool, job.state, flt, low, high)
     else:
         yield from _dir_rows(
@@ -178,7 +178,7 @@ def job_rows(spool: Spool, job: Job, flt: Filter) -> Iterator[Row]:
 
 
 def _dir_rows(
-    directory: str, state: str, flt: Filter, low: str, high: str, skip: Spool | None = None
+    directory: str, state: State, flt: Filter, low: str, high: str, skip: Spool | None = None
 ) -> Iterator[Row]:
     """A directory's rows; bodies are opened relative to it (no path walk per task).
 
@@ -208,8 +208,8 @@ def _dir_rows(
             os.close(dir_fd)
 
 
-def _claimed_rows(spool: Spool, state: str, flt: Filter, low: str, high: str) -> Iterator[Row]:
-    phase = _PHASE_OF[state]
+def _claimed_rows(spool: Spool, state: State, flt: Filter, low: str, high: str) -> Iterator[Row]:
+    phase = PHASE_OF[state]
     for entry in fsutil.listdir(spool.claimed):
         m = CLAIM_NAME.fullmatch(entry)
         if m is None or m.group(2) != phase or not low <= m.group(1) < high:
@@ -219,7 +219,7 @@ def _claimed_rows(spool: Spool, state: str, flt: Filter, low: str, high: str) ->
             yield row
 
 
-def _row(state: str, path: str, name: str, flt: Filter, dir_fd: int | None = None) -> Row | None:
+def _row(state: State, path: str, name: str, flt: Filter, dir_fd: int | None = None) -> Row | None:
     """The row of a task file (name: its task name part), or None if filtered out.
 
     The body is read here, relative to the open directory (no walk of the
@@ -258,6 +258,6 @@ def as_object(row: Row, with_command: bool = True) -> dict[str, object]:
     }
     if with_command:
         doc["command"] = row.command
-    if row.state == "waiting":
+    if row.state == State.WAITING:
         doc["after"] = list(row.after)
     return doc

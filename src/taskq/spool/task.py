@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Self
 
 from taskq.errors import BadInput, CorruptFile
 from taskq.spool.memo import LastOf
+from taskq.spool.states import Phase
 from taskq.text.lazyre import Lazy
 from taskq.times.timespec import (
     MINUTE,
@@ -58,7 +59,7 @@ _TASK_NAME = Lazy(
     rf"({_COMPACT})_([0-9A-HJKMNP-TV-Z]{{26}})_([1-9]\d{{0,5}})_([A-Za-z0-9][A-Za-z0-9.-]{{0,63}})"
 )
 _CLAIM_NAME = Lazy(
-    rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+_[^_]+)_(claimed|started|cancelling)_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
+    rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+_[^_]+)_({'|'.join(Phase)})_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
 )
 
 TASK_NAME = _TASK_NAME  # groups: run_at (compact), id, attempt, queue
@@ -267,15 +268,15 @@ class ClaimName(_Name):
     __slots__ = ("expiry", "host", "phase", "pid", "task")
     _FIELDS = ("task", "phase", "expiry", "pid", "host")
     task: TaskName
-    phase: str  # "claimed" (not started), "started", or "cancelling" (started; stop it)
+    phase: Phase
     expiry: int
     pid: int
     host: str
 
-    def __init__(self, task: TaskName, phase: str, expiry: int, pid: int, host: str) -> None:
+    def __init__(self, task: TaskName, phase: Phase, expiry: int, pid: int, host: str) -> None:
         self._set(task=task, phase=phase, expiry=expiry, pid=pid, host=host)
 
-    def _key(self) -> tuple[TaskName, str, int, int, str]:
+    def _key(self) -> tuple[TaskName, Phase, int, int, str]:
         return (self.task, self.phase, self.expiry, self.pid, self.host)
 
     def __str__(self) -> str:
@@ -293,7 +294,7 @@ class ClaimName(_Name):
         if not m or _TOKEN.fullmatch(m.group(5)) is None:
             raise ValueError(f"not a claim file name: {name!r}")
         task = TaskName.parse(m.group(1))
-        return cls(task, m.group(2), parse_compact(m.group(3)), int(m.group(4)), m.group(5))
+        return cls(task, Phase(m.group(2)), parse_compact(m.group(3)), int(m.group(4)), m.group(5))
 
     @property
     def owner(self) -> str:

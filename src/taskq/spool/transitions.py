@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.layout import Located, Spool
+from taskq.spool.states import Phase, State
 from taskq.spool.task import ClaimName, TaskName, day_of
 from taskq.times.timespec import SECOND
 
@@ -97,7 +98,7 @@ def claim(
     touched: Touched | None = None,
 ) -> ClaimName:
     """pending -> claimed: take a due task under a lease."""
-    new = ClaimName(name, "claimed", expiry, owner.pid, owner.host)
+    new = ClaimName(name, Phase.CLAIMED, expiry, owner.pid, owner.host)
     # Through the bucket as opened now, never through a link put in its place
     # since it was listed: CorruptFile if the bucket is a link.
     bucket = fsutil.open_dir(os.path.dirname(pending_path))
@@ -114,7 +115,7 @@ def claim(
 
 def start(spool: Spool, held: ClaimName, touched: Touched | None = None) -> ClaimName:
     """claimed -> started: the point of no return before exec."""
-    return _rename_claim(spool, held, held.with_(phase="started"), touched)
+    return _rename_claim(spool, held, held.with_(phase=Phase.STARTED), touched)
 
 
 def renew(spool: Spool, held: ClaimName, expiry: int, touched: Touched | None = None) -> ClaimName:
@@ -132,7 +133,7 @@ def take_over(
 
 def request_cancel(spool: Spool, held: ClaimName, touched: Touched | None = None) -> ClaimName:
     """started -> cancelling: whoever owns the claim stops the attempt, then finishes it."""
-    return _rename_claim(spool, held, held.with_(phase="cancelling"), touched, unique=False)
+    return _rename_claim(spool, held, held.with_(phase=Phase.CANCELLING), touched, unique=False)
 
 
 def _rename_claim(
@@ -188,13 +189,13 @@ def _to_pending(spool: Spool, src: str, name: TaskName, touched: Touched | None)
 
 
 def finish(
-    spool: Spool, held: ClaimName, state: str, now: int, touched: Touched | None = None
+    spool: Spool, held: ClaimName, state: State, now: int, touched: Touched | None = None
 ) -> str:
     """A claim -> done/YYYYMMDD/, failed/ or cancelled/ (an end state)."""
     dirs = {
-        "done": os.path.join(spool.done, day_of(now)),
-        "failed": spool.failed,
-        "cancelled": spool.cancelled,
+        State.DONE: os.path.join(spool.done, day_of(now)),
+        State.FAILED: spool.failed,
+        State.CANCELLED: spool.cancelled,
     }
     if state not in dirs:
         raise ValueError(f"finish into {state!r}")

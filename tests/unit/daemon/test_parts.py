@@ -23,6 +23,7 @@ from taskq.daemon.wakeups import Wakeups
 from taskq.spool import journal, transitions
 from taskq.spool import runas as security
 from taskq.spool.layout import Spool
+from taskq.spool.states import Phase, State
 from taskq.spool.task import DEFAULT_PATH, ClaimName, TaskBody, TaskName, new_id
 from taskq.spool.transitions import Owner
 from taskq.times.clock import Clock
@@ -160,7 +161,7 @@ def settle_one(parts: Parts, code: int | None, attempt_budget: int = 3) -> Claim
 def test_settle_success_retry_and_lost(parts: Parts) -> None:
     held = settle_one(parts, 0)
     assert os.listdir(parts.spool.claimed) == []
-    assert len(list(parts.spool.iter_state("done"))) == 1
+    assert len(list(parts.spool.iter_state(State.DONE))) == 1
     held = settle_one(parts, 3)
     [retry] = parts.requeued
     assert retry.attempt == 2 and retry.id == held.task.id
@@ -198,7 +199,7 @@ def test_recovery_takes_over_only_expired_leases_by_the_reference_clock(
     b.t.tick(2 * SECOND)
     b.recovery.scan(b.clock.now(), b.clock.mono(), True, set())
     assert b.claims() == []  # taken over; its attempt never spawned, so released
-    [found] = list(b.spool.iter_state("pending"))
+    [found] = list(b.spool.iter_state(State.PENDING))
     events = [r["event"] for r in journal.read(b.spool.log_dir(found.name.id))]
     assert events[-2:] == ["taken-over", "released"]
 
@@ -213,7 +214,7 @@ def test_attempts_time_out_with_term_then_kill(tmp_path: Path) -> None:
     while not ready.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     body = TaskBody(new_id(T0), ["x"], T0, T0, timeout=1 * SECOND)
-    claim = ClaimName(TaskName(T0, body.id, 1), "started", T0, 1, "h")
+    claim = ClaimName(TaskName(T0, body.id, 1), Phase.STARTED, T0, 1, "h")
     run = Running(claim, body, child, t.mono)
     attempts.add_child(run)
     attempts.enforce_timeouts(t.mono + SECOND // 2)

@@ -13,6 +13,7 @@ from pathlib import Path
 from taskq.cli.top import lines
 from taskq.observe.top import gather, histogram
 from taskq.spool.layout import Spool
+from taskq.spool.states import Phase
 from taskq.spool.task import ClaimName, TaskName
 from taskq.times.timespec import SECOND
 
@@ -24,7 +25,7 @@ def test_hostile_files_are_skipped_or_shown_escaped(tmp_path: Path) -> None:
     spool = Spool(str(tmp_path / "spool"))
     spool.init()
     name = TaskName(NOW - SECOND, ID, 1, "qa")
-    claim = ClaimName(name, "started", NOW + 60 * SECOND, 4242, "host")
+    claim = ClaimName(name, Phase.STARTED, NOW + 60 * SECOND, 4242, "host")
     Path(spool.claimed, str(claim)).write_bytes(b"\xff not json")
     Path(spool.claimed, "junk_name").write_text("{}")
     log = Path(spool.log_dir(ID))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from taskq.errors import CorruptFile
 from taskq.schedules.rules import Rules
 from taskq.schedules.slots import Spec, check_cron
-from taskq.schedules.store import Schedule, State
+from taskq.schedules.store import Cursor, Schedule
 from taskq.spool.task import TaskBody, new_id
 from taskq.times.timespec import MINUTE, datetime_to_us, format_iso
 
@@ -83,8 +83,8 @@ def test_a_schedule_with_every_new_field_reads_back() -> None:
     assert back.crons == ["0 9 * * *", "0 11 * * 0"] and back.overlap == "replace"
     assert back.except_dates == ("2026-12-24",) and back.pause_after == 3
     assert back.skip_before == utc(2026, 12, 1)
-    state = State(cursor=5, live=[new_id(0)], failures=2, skipped={"skip": 3}, missed=1)
-    assert State.from_json(state.to_json()) == state
+    state = Cursor(cursor=5, live=[new_id(0)], failures=2, skipped={"skip": 3}, missed=1)
+    assert Cursor.from_json(state.to_json()) == state
 
 
 NEW_FIELDS = ("cron", "every_after", "except_cron", "except", "skip_before",
@@ -111,15 +111,15 @@ def test_a_hostile_schedule_field_is_corrupt_or_valid(field: str, value: object)
 @settings(max_examples=300, deadline=None)
 @given(field=st.sampled_from(STATE_FIELDS), value=JUNK)
 def test_a_hostile_state_field_is_corrupt_or_valid(field: str, value: object) -> None:
-    doc = json.loads(State(cursor=0).to_json())
+    doc = json.loads(Cursor(cursor=0).to_json())
     doc[field] = value
     try:
-        State.from_json(json.dumps(doc).encode())
+        Cursor.from_json(json.dumps(doc).encode())
     except CorruptFile:
         pass
 
 
 def test_cursor_text_is_iso() -> None:
-    assert json.loads(State(cursor=utc(2026, 1, 1)).to_json())["cursor"] == format_iso(
+    assert json.loads(Cursor(cursor=utc(2026, 1, 1)).to_json())["cursor"] == format_iso(
         utc(2026, 1, 1)
     )

@@ -20,6 +20,7 @@ from taskq.schedules.slots import Spec, check_cron, check_zone
 from taskq.schedules.store import Schedule, Store
 from taskq.spool.keys import key_path, read_key
 from taskq.spool.layout import Spool
+from taskq.spool.states import State
 from taskq.spool.task import TaskBody, new_id
 from taskq.times.timespec import (
     HOUR,
@@ -444,7 +445,7 @@ def test_a_clock_walked_through_dst_makes_each_slot_once_and_one_ahead(
         assert due is not None and due > now - SECOND
         now = max(due, now + 1)
     assert _made(spool, "walk", expected) == expected
-    pending = [found.name.run_at for found in spool.iter_state("pending")]
+    pending = [found.name.run_at for found in spool.iter_state(State.PENDING)]
     assert pending == expected  # one task per slot, at its slot
 
 
@@ -495,7 +496,7 @@ def test_jitter_delays_the_run_never_the_slot(tmp_path: Path) -> None:
     store.create(sched, False)
     for slot in spec.upcoming(now, 20):
         materialise.advance(materialise.Pass(store, slot, frozenset()), sched)
-    for found in spool.iter_state("pending"):
+    for found in spool.iter_state(State.PENDING):
         body = spool.read_body(found.path)
         nominal = parse_when(body.env["TASKQ_SCHEDULED_AT"], 0)
         assert nominal <= found.name.run_at < nominal + 30 * SECOND

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from taskq.errors import BadInput, CorruptFile
+from taskq.spool.states import Phase
 from taskq.spool.task import (
     MAX_ATTEMPT,
     ClaimName,
@@ -45,7 +46,7 @@ def test_task_name_round_trip(run_at: int, task_id: str, attempt: int, queue: st
     ids,
     attempts,
     queues,
-    st.sampled_from(["claimed", "started"]),
+    st.sampled_from(Phase),
     instants,
     st.integers(min_value=1, max_value=2**31),
     hosts,
@@ -55,7 +56,7 @@ def test_claim_name_round_trip(
     task_id: str,
     attempt: int,
     queue: str,
-    phase: str,
+    phase: Phase,
     expiry: int,
     pid: int,
     host: str,
@@ -249,14 +250,14 @@ names = st.builds(
 def test_names_compare_hash_and_sort_as_their_fields(a: TaskName, b: TaskName) -> None:
     x, y = (a.run_at, a.id, a.attempt, a.queue), (b.run_at, b.id, b.attempt, b.queue)
     assert (a == b, a < b, a <= b, a > b, a >= b) == (x == y, x < y, x <= y, x > y, x >= y)
-    assert a != ClaimName(a, "claimed", 0, 1, "h") and (a != b or hash(a) == hash(b))
+    assert a != ClaimName(a, Phase.CLAIMED, 0, 1, "h") and (a != b or hash(a) == hash(b))
     assert TaskName.parse(str(a)) == a and pickle.loads(pickle.dumps(a)) == a
     assert eval(repr(a), {"TaskName": TaskName}) == a
 
 
 def test_names_are_immutable_and_copied_with_changes() -> None:
     name = TaskName(5, new_id(0), 1)
-    claim = ClaimName(name, "claimed", 10, 3, "h")
+    claim = ClaimName(name, Phase.CLAIMED, 10, 3, "h")
     with pytest.raises(AttributeError):
         name.run_at = 6
     with pytest.raises(AttributeError):

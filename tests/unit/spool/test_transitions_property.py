@@ -22,7 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from taskq.client.submit import submit
 from taskq.spool import byid, transitions
-from taskq.spool.layout import END_STATES, Located, Spool
+from taskq.spool.layout import Located, Spool
+from taskq.spool.states import END_STATES, State
 from taskq.spool.task import ClaimName, TaskBody, new_id
 from taskq.spool.transitions import Owner
 
@@ -128,7 +129,7 @@ class TwoActors(RuleBasedStateMachine):
         self.holds[x] = None
         try:
             if ok or held.task.attempt >= 3:
-                state = "done" if ok else "failed"
+                state = State.DONE if ok else State.FAILED
                 transitions.finish(self.spool, held, state, self.tick())
                 assert self.ended is None
                 self.ended = state
