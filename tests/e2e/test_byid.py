@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
 
+from taskq.spool import hints
+from taskq.spool.layout import Spool
+
 StartDaemon = Callable[..., Daemon]
 
 
@@ -82,30 +85,24 @@ def test_a_long_batch_writes_every_hint_and_a_keyed_line_only_its_own(tq: Taskq)
     data = "".join(json.dumps(line) + "\n" for line in lines).encode()
     ids = tq.run("submit", "--batch", "-", input=data).stdout.decode().split()
     assert len(ids) == 102 and ids[100] == first
-    from taskq.spool import byid
-    from taskq.spool.layout import Spool
-
     spool = Spool(str(tq.spool))
     for task_id in ids:  # each hint names its pending file (read in-process: 102 lookups)
-        hint = byid.read_hint(spool, task_id)
+        hint = hints.read_hint(spool, task_id)
         assert hint is not None
         assert os.path.exists(os.path.join(spool.bucket_dir(hint.bucket), str(hint)))
-    hints = {p.name for p in (tq.spool / "ids").glob("*/*")}
-    assert hints == {first, *ids}  # no hint of an id that a key hit never published
+    links = {p.name for p in (tq.spool / "ids").glob("*/*")}
+    assert links == {first, *ids}  # no hint of an id that a key hit never published
 
 
 @pytest.mark.slow
 def test_a_hint_in_the_first_form_still_finds_its_task(tq: Taskq) -> None:
     """Hints were once paths to the task file; a lookup still reads them, and fsck keeps them."""
-    from taskq.spool import byid
-    from taskq.spool.layout import Spool
-
     task_id = tq.submit("--in", "1h", "--", "true")
     path = Path(tq.show(task_id)["path"])
     link = tq.spool / "ids" / task_id[-2:] / task_id
     link.unlink()
     link.symlink_to(f"../../pending/{path.parent.name}/{path.name}")
-    assert byid.read_hint(Spool(str(tq.spool)), task_id) is not None
+    assert hints.read_hint(Spool(str(tq.spool)), task_id) is not None
     assert tq.show(task_id)["path"] == str(path) and tq.run("fsck").returncode == 0
     assert os.readlink(link) == f"../../pending/{path.parent.name}/{path.name}"
 

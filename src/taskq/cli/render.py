@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from taskq.spool import journal
+from taskq.spool.journal import Event
 from taskq.spool.layout import Located
 from taskq.spool.listing import Row
 from taskq.spool.task import TaskBody
@@ -221,7 +222,7 @@ def _attempt_text(doc: dict[str, Any]) -> str:
 
 def _journal_line(r: dict[str, Any]) -> str:
     extra = {k: v for k, v in r.items() if k not in ("event", "time", "attempt")}
-    if r["event"] == "start" and isinstance(r.get("lateness"), int | float):
+    if r["event"] == Event.START and isinstance(r.get("lateness"), int | float):
         extra["lateness"] = format_duration(round(r["lateness"] * SECOND))
     details = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
     return f"  {r['time']}  #{r.get('attempt', '-')} {r['event']} {details}".rstrip()

@@ -33,6 +33,7 @@ from taskq.schedules.store import (
     check_name,
 )
 from taskq.schedules.view import describe, detail
+from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.task import (
     DEFAULT_MAX_ATTEMPTS,
@@ -175,7 +176,7 @@ def add(ctx: click.Context, /, **opts: Any) -> None:
     if opts["replace"]:
         materialise.retire(store, name, now)
     replaced = store.create(sched, opts["replace"])
-    store.log(name, "replaced" if replaced else "added", now)
+    store.log(name, Event.REPLACED if replaced else Event.ADDED, now)
     nxt = _first_pass(store, sched, now)
     doc = {"name": name, "replaced": replaced, **nxt}
     _done(opts["as_json"], doc, f"{name}: next run {nxt['next'] or 'never'}")
@@ -346,7 +347,7 @@ def pause(ctx: click.Context, name: str, as_json: bool) -> None:
     """Pause a schedule: its slots are skipped until resume (and never caught up)."""
     store, now = _store(ctx), _now()
     store.with_paused(name, True, now)
-    store.log(name, "paused", now)
+    store.log(name, Event.PAUSED, now)
     store.spool.ring()
     _done(as_json, {"name": name, "paused": True}, f"paused {name}")
 
@@ -359,7 +360,7 @@ def resume(ctx: click.Context, name: str, as_json: bool) -> None:
     """Resume a paused schedule from now on; make its next occurrence."""
     store, now = _store(ctx), _now()
     sched = store.with_paused(name, False, now)
-    store.log(name, "resumed", now)
+    store.log(name, Event.RESUMED, now)
     nxt = _first_pass(store, sched, now)
     doc = {"name": name, "paused": False, **nxt}
     _done(as_json, doc, f"resumed {name}: next run {nxt['next']}")

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from taskq.errors import Conflict, TaskqError
-from taskq.spool import byid, fsutil, journal, transitions
+from taskq.spool import byid, fsutil, hints, journal, transitions
 from taskq.spool.ending import End, end_task
 from taskq.spool.faults import crash_point
+from taskq.spool.journal import Event
 from taskq.spool.layout import Located, Spool
 from taskq.spool.states import END_STATES, State
 from taskq.spool.task import MAX_ATTEMPT, TaskName, check_id
@@ -57,7 +58,7 @@ def cancel(spool: Spool, task_id: str) -> Located:
             _durable(spool.claimed)
             journal.append(
                 log_dir,
-                "cancel-requested",
+                Event.CANCEL_REQUESTED,
                 wall_us(),
                 attempt=found.name.attempt,
                 by_pid=os.getpid(),
@@ -70,7 +71,7 @@ def cancel(spool: Spool, task_id: str) -> Located:
             found,
             State.CANCELLED,
             now,
-            "cancelled",
+            Event.CANCELLED,
             point="cancel.renamed",
             was=found.state,
             by_pid=os.getpid(),
@@ -96,7 +97,7 @@ def _release_dependents(spool: Spool, found: Located, end: End, now: int) -> Non
 def _recorded_move(
     spool: Spool,
     found: Located,
-    event: str,
+    event: Event,
     fields: dict[str, Any],
     move: Callable[[], TaskName],
 ) -> TaskName:
@@ -108,7 +109,7 @@ def _recorded_move(
     """
     log_dir = spool.log_dir(found.name.id)
     written = _record(log_dir, event, found.name.attempt, fields)
-    if event == "retried":
+    if event == Event.RETRIED:
         crash_point("retry.recorded")
     else:
         crash_point("reschedule.recorded")
@@ -118,17 +119,17 @@ def _recorded_move(
         if written is not None:
             journal.revoke(log_dir, event, written)
         raise
-    if event == "retried":
+    if event == Event.RETRIED:
         crash_point("retry.moved")
     else:
         crash_point("reschedule.moved")
-    byid.point_name(spool, name)
+    hints.point_name(spool, name)
     _durable(os.path.dirname(found.path), spool.bucket_dir(name.bucket), spool.pending)
     spool.ring()
     return name
 
 
-def _record(log_dir: str, event: str, attempt: int, fields: dict[str, Any]) -> int | None:
+def _record(log_dir: str, event: Event, attempt: int, fields: dict[str, Any]) -> int | None:
     """Write the durable record of a schedule change; its time, or None if not needed.
 
     A first attempt's schedule is its file name, so a member of a shared
@@ -139,7 +140,7 @@ def _record(log_dir: str, event: str, attempt: int, fields: dict[str, Any]) -> i
     try:
         journal.append_durable(log_dir, event, written, **fields)
     except PermissionError:
-        if event != "rescheduled" or attempt != 1:
+        if event != Event.RESCHEDULED or attempt != 1:
             raise
         return None
     return written
@@ -161,7 +162,7 @@ def reschedule(spool: Spool, task_id: str, run_at: int) -> TaskName:
         return _recorded_move(
             spool,
             found,
-            "rescheduled",
+            Event.RESCHEDULED,
             fields,
             lambda: transitions.reschedule(spool, found, run_at),
         )
@@ -189,7 +190,7 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
             "by_pid": os.getpid(),
         }
         name = _recorded_move(
-            spool, found, "retried", fields, lambda: transitions.requeue(spool, found, run_at)
+            spool, found, Event.RETRIED, fields, lambda: transitions.requeue(spool, found, run_at)
         )
         from taskq.spool import deps
 

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from taskq.errors import NotFound
 from taskq.spool import byid, deps
 from taskq.spool.ending import end_task
+from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
+from taskq.spool.states import State
 from taskq.spool.task import TaskName
 
 ON_KEY = ("keep", "replace")
@@ -50,13 +52,13 @@ class KeyPolicy:
             found = byid.locate(spool, holder.id)
         except NotFound:
             return True  # removed by hand or by retention: nothing holds the key
-        if found.state == "cancelled":
+        if found.state == State.CANCELLED:
             return True
-        if found.state != "pending":
+        if found.state != State.PENDING:
             return False  # claimed, running or ended: it keeps the key
         try:
             end = end_task(
-                spool, found, "cancelled", now, "cancelled", by="key", replaced_by=new.id
+                spool, found, State.CANCELLED, now, Event.CANCELLED, by="key", replaced_by=new.id
             )
         except FileNotFoundError:
             return False  # claimed meanwhile: it runs, and keeps the key

@@ -15,7 +15,7 @@ import os
 from typing import TYPE_CHECKING
 
 from taskq.errors import CorruptFile, NotFound
-from taskq.spool import byid, fsutil
+from taskq.spool import fsutil, hints
 from taskq.spool.faults import crash_point
 from taskq.spool.keys import binding, key_path, legacy_key_path, read_binding, read_key, take_over
 from taskq.spool.layout import Spool
@@ -118,7 +118,7 @@ def _place(
 ) -> bool:
     """Rename tmp into its bucket (no sync); False if someone else did it first.
 
-    The id's hint (byid.py) is written first, so a published task has one
+    The id's hint (hints.py) is written first, so a published task has one
     unless a crash loses it; it is not synced (a lookup without it searches).
     A batch passes the buckets it has made sure of already (`ensured`), and
     hint=False for a task whose hint it wrote with its body.
@@ -126,7 +126,7 @@ def _place(
     bucket = spool.bucket_dir(name.bucket)
     published = f"{bucket}/{name}"
     if hint:
-        byid.point_name(spool, name)
+        hints.point_name(spool, name)
     for _ in range(_PUBLISH_TRIES):
         if ensured is None or bucket not in ensured:
             fsutil.ensure_dir(bucket)  # a link or a file there is refused (CorruptFile)
@@ -239,7 +239,7 @@ def _write_bodies(spool: Spool, todo: list[tuple[str, TaskBody, TaskName]]) -> N
 
 def _write_hints(spool: Spool, names: list[TaskName]) -> None:
     for name in names:
-        byid.point_name(spool, name)  # never fails
+        hints.point_name(spool, name)  # never fails
 
 
 def _keyholder(body: TaskBody) -> int:

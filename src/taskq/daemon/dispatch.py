@@ -28,6 +28,7 @@ from taskq.errors import CorruptFile
 from taskq.spool import journal, transitions
 from taskq.spool import runas as security
 from taskq.spool.faults import crash_point
+from taskq.spool.journal import Event
 from taskq.spool.pause import Pauses
 from taskq.spool.states import State
 from taskq.spool.task import ClaimName, TaskBody, TaskName
@@ -131,7 +132,9 @@ class Dispatcher(Part):
                 continue
             self.counted(True)
             expired_at = format_iso(deadline)
-            self.settler.finish(held_claim, State.FAILED, now, event="expired", deadline=expired_at)
+            self.settler.finish(
+                held_claim, State.FAILED, now, event=Event.EXPIRED, deadline=expired_at
+            )
 
     def _deadline(self, path: str, name: TaskName) -> int | None:
         try:
@@ -217,7 +220,9 @@ class Dispatcher(Part):
         deadline = expired(now, scheduled, body.expires)
         if deadline is not None:
             expired_at = format_iso(deadline)
-            self.settler.finish(held, State.FAILED, now, body, event="expired", deadline=expired_at)
+            self.settler.finish(
+                held, State.FAILED, now, body, event=Event.EXPIRED, deadline=expired_at
+            )
             return None
         why = self.limits.acquire(held, body, now)
         if why is not None:

@@ -20,9 +20,10 @@ from taskq import errors
 from taskq.client import operations
 from taskq.client.submit import submit
 from taskq.errors import CorruptFile, NotFound, TaskqError, TempFail
-from taskq.spool import byid, drop, fsutil, journal
+from taskq.spool import byid, drop, fsutil, hints, journal
 from taskq.spool import runas as security
 from taskq.spool.drop import DropName, Request
+from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody
 from taskq.times.timespec import format_iso
@@ -89,7 +90,7 @@ def file_submission(
         return Answer(NOTHING, doc)
     journal.begin(
         spool.log_dir(body.id),
-        "filed",
+        Event.FILED,
         now,
         group,
         attempt=1,
@@ -106,7 +107,7 @@ def _filed_before(spool: Spool, body: TaskBody) -> Answer | None:
     Only the member can make its ids (drop.bound_to), so such a task is the
     member's: the same request again, or another one reusing an id.
     """
-    hint = byid.read_hint(spool, body.id)
+    hint = hints.read_hint(spool, body.id)
     if hint is None:
         return None
     found = byid.probe(spool, body.id, byid.journal_names(spool, hint))
@@ -126,7 +127,7 @@ def carry_out(spool: Spool, request: Request, uid: int) -> Answer:
     """Cancel, reschedule or retry one of the member's tasks, as the operator's command does."""
     task_id = request.task_id
     try:
-        if byid.read_hint(spool, task_id) is None:
+        if hints.read_hint(spool, task_id) is None:
             # Every task the daemon files has a hint; without one, no search
             # of the whole spool (a member's request must not cost that).
             raise NotFound(f"no task {task_id} in {spool.root}")

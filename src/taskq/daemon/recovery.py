@@ -26,6 +26,7 @@ from taskq.errors import CorruptFile
 from taskq.spool import attemptfiles, fsutil, journal, transitions
 from taskq.spool import rundir as status
 from taskq.spool.faults import crash_point
+from taskq.spool.journal import Event
 from taskq.spool.layout import stray
 from taskq.spool.states import Phase
 from taskq.spool.task import ClaimName, TaskBody
@@ -78,7 +79,7 @@ class Recovery(Part):
             # A daemon of this host took it over while we were stopped, and it
             # adopted the attempt (it can watch it here): it is not ours to kill.
             self.attempts.hand_over(run)
-            self.settler.note(run.claim, "handed-over", now, to=holder.owner)
+            self.settler.note(run.claim, Event.HANDED_OVER, now, to=holder.owner)
             log.warning(
                 "lost the lease of %s to %s on this host; it watches attempt %d now",
                 run.body.id,
@@ -88,7 +89,7 @@ class Recovery(Part):
             return
         run.lost = True
         run.notes.append("lease lost")
-        self.settler.note(run.claim, "lease-lost", now)
+        self.settler.note(run.claim, Event.LEASE_LOST, now)
         log.warning("lost the lease of %s; killing attempt %d", run.body.id, run.claim.task.attempt)
         self.attempts.signal(run, signal.SIGKILL, mono)
 
@@ -162,7 +163,7 @@ class Recovery(Part):
         crash_point("daemon.taken-over")
         log.info("took over %s from %s: %s", old.task.id, old.owner, why)
         fields: dict[str, Any] = {"previous_owner": old.owner, "reason": why, "phase": old.phase}
-        self.settler.note(held, "taken-over", now, **fields)
+        self.settler.note(held, Event.TAKEN_OVER, now, **fields)
         if held.phase == Phase.CLAIMED:
             self.settler.release(held, now, "claimed but never started")
             return
@@ -200,7 +201,7 @@ class Recovery(Part):
             self.attempts.add_adopted(run, None if start is None else start.get("proc_start"))
             if held.phase == Phase.CANCELLING:
                 self.stop_for_cancel(run, mono)
-            self.settler.note(held, "adopted", now, previous_owner=old.owner, pid=run.pid)
+            self.settler.note(held, Event.ADOPTED, now, previous_owner=old.owner, pid=run.pid)
             log.info("adopted running attempt %d of %s from %s", attempt, body.id, old.owner)
             return
         self._settle_orphan(run, old, log_dir, now)
@@ -243,7 +244,7 @@ class Recovery(Part):
 def _start_record(log_dir: str, attempt: int) -> dict[str, Any] | None:
     found = None
     for record in journal.read(log_dir):
-        if record["event"] == "start" and record.get("attempt") == attempt:
+        if record["event"] == Event.START and record.get("attempt") == attempt:
             found = record
     return found
 

@@ -21,6 +21,7 @@ from taskq.notify.event import Ended
 from taskq.spool import journal, transitions
 from taskq.spool.ending import end_task
 from taskq.spool.faults import crash_point
+from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.states import Phase, State
 from taskq.spool.task import ClaimName, TaskBody, TaskName
@@ -48,7 +49,7 @@ class Settler:
         self.on_end = on_end  # a task ended (and whether something waits for it)
         self.on_attempt_end = on_attempt_end  # an attempt ended so (the metrics count it)
 
-    def note(self, held: ClaimName, event: str, now: int, **fields: Any) -> None:
+    def note(self, held: ClaimName, event: Event, now: int, **fields: Any) -> None:
         log_dir = self.spool.log_dir(held.task.id)
         journal.append(log_dir, event, now, attempt=held.task.attempt, **fields)
 
@@ -72,9 +73,9 @@ class Settler:
         """
         asked = self.cancelling(held)
         if asked is not None:
-            self.finish(asked, State.CANCELLED, now, event="cancelled", reason=when)
+            self.finish(asked, State.CANCELLED, now, event=Event.CANCELLED, reason=when)
         elif ran:
-            self.note(held, "lease-lost", now, reason="taken over before its end was settled")
+            self.note(held, Event.LEASE_LOST, now, reason="taken over before its end was settled")
             log.warning(
                 "lost the lease of %s before settling attempt %d; its new owner settles it",
                 held.task.id,
@@ -97,7 +98,7 @@ class Settler:
         log_dir, attempt = self.spool.log_dir(run.body.id), run.claim.task.attempt
         if run.lost or not self._holds(run.claim):
             # Whoever took the claim over records this attempt's one `end`.
-            journal.append(log_dir, "late-end", now, **fields)
+            journal.append(log_dir, Event.LATE_END, now, **fields)
             log.warning(
                 "attempt %d of %s ended (%s) after its lease was lost; its new owner settles it",
                 attempt,
@@ -105,7 +106,7 @@ class Settler:
                 _outcome(fields),
             )
             return
-        journal.append(log_dir, "end", now, **fields)
+        journal.append(log_dir, Event.END, now, **fields)
         self.on_attempt_end(code)
         log.info("ended %s attempt %d: %s", run.body.id, attempt, _outcome(fields))
         self.after_attempt(run.claim, run.body, code, now)
@@ -130,7 +131,7 @@ class Settler:
             self.retry(held, now + out.delay, now)
             return
         if out.reason is not None:
-            self.finish(held, out.state, now, body, event="dead", reason=out.reason)
+            self.finish(held, out.state, now, body, event=Event.DEAD, reason=out.reason)
         else:
             self.finish(held, out.state, now, body)
 
@@ -141,7 +142,7 @@ class Settler:
         except FileNotFoundError:
             self._lost_race(held, now, "as its attempt ended")
             return
-        self.note(held, "retry", now, next_attempt=name.attempt, run_at=format_iso(name.run_at))
+        self.note(held, Event.RETRY, now, next_attempt=name.attempt, run_at=format_iso(name.run_at))
         self.requeued(name)
 
     def finish(
@@ -150,7 +151,7 @@ class Settler:
         state: State,
         now: int,
         body: TaskBody | None = None,
-        event: str | None = None,
+        event: Event | None = None,
         **fields: Any,
     ) -> None:
         """End a claim's task (journalling `event`, if given); a cancel that raced the end wins."""
@@ -178,13 +179,15 @@ class Settler:
         except FileNotFoundError:
             return
         crash_point("daemon.released")
-        self.note(held, "released", now, reason=reason)
+        self.note(held, Event.RELEASED, now, reason=reason)
         self.requeued(name)
 
     def settle_unbegun(self, held: ClaimName, now: int, reason: str) -> None:
         """An orphaned attempt that never began: cancelled if asked, else back to pending."""
         if held.phase == Phase.CANCELLING:
-            self.finish(held, State.CANCELLED, now, event="cancelled", reason="before it started")
+            self.finish(
+                held, State.CANCELLED, now, event=Event.CANCELLED, reason="before it started"
+            )
         else:
             self.release(held, now, reason)
 

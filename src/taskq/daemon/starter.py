@@ -22,6 +22,7 @@ from taskq.daemon.attempts import Attempts, Prepared, Running
 from taskq.daemon.crew import Crew, Part
 from taskq.spool import fsutil, journal, ownership, transitions
 from taskq.spool.faults import crash_point
+from taskq.spool.journal import Event
 from taskq.times.timespec import MS, SECOND, format_duration, format_iso
 
 log = logging.getLogger("taskq")
@@ -131,7 +132,7 @@ class Starter(Part):
         self.on_start(lateness, now)
         journal.append(
             log_dir,
-            "start",
+            Event.START,
             now,
             attempt=held.task.attempt,
             host=self.owner.host,
@@ -179,6 +180,6 @@ class Starter(Part):
             )
             return
         log.error("cannot start %s: %s", ready.body.id, e)
-        self.settler.note(ready.claim, "spawn-failed", now, error=str(e))
+        self.settler.note(ready.claim, Event.SPAWN_FAILED, now, error=str(e))
         self.settler.on_attempt_end(127)
         self.settler.after_attempt(ready.claim, ready.body, 127, now)

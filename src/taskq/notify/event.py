@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.spool import journal
+from taskq.spool.journal import Event
 from taskq.spool.states import State
 from taskq.spool.task import TaskBody, TaskName
 from taskq.times.timespec import format_iso
@@ -34,8 +35,8 @@ def build(
     ended: Ended, body: TaskBody | None, records: list[dict[str, Any]], log_dir: str, now: int
 ) -> dict[str, Any]:
     """The event object (documented in taskq-spool(5), NOTIFICATIONS)."""
-    starts = [r for r in records if r["event"] == "start"]
-    ends = [r for r in records if r["event"] == "end"]
+    starts = [r for r in records if r["event"] == Event.START]
+    ends = [r for r in records if r["event"] == Event.END]
     start = starts[-1] if starts else {}
     end = ends[-1] if ends else {}
     attempt = start.get("attempt")
@@ -67,9 +68,9 @@ def build(
 
 def _reason(records: list[dict[str, Any]]) -> str | None:
     for r in reversed(records):
-        if r["event"] in ("dead", "cancelled") and isinstance(r.get("reason"), str):
+        if r["event"] in (Event.DEAD, Event.CANCELLED) and isinstance(r.get("reason"), str):
             return str(r["reason"])
-        if r["event"] == "expired":
+        if r["event"] == Event.EXPIRED:
             return "expired"
     return None
 

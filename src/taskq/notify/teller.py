@@ -31,6 +31,7 @@ from taskq.notify import event, mail
 from taskq.notify.event import Ended
 from taskq.spool import journal
 from taskq.spool.config import Notify
+from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.runas import requester
 from taskq.spool.task import TaskBody
@@ -126,7 +127,7 @@ class Teller:
             told["hook"] = self._hook(hook, doc)
         if to is not None:
             told["mail"] = self._mail(to, doc, hook.timeout if hook else MAIL_TIMEOUT)
-        journal.append(log_dir, "told", self.wall(), attempt=ended.name.attempt, **told)
+        journal.append(log_dir, Event.TOLD, self.wall(), attempt=ended.name.attempt, **told)
 
     def _body(self, path: str) -> TaskBody | None:
         try:

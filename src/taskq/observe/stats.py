@@ -16,6 +16,7 @@ from taskq.observe import dircounts
 from taskq.observe.dircounts import DirCounts, queue_of, task_names
 from taskq.spool import fsutil, journal, pause
 from taskq.spool import rundir as status
+from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.states import PHASE_OF, STATES, State
 from taskq.spool.task import TaskName, bucket_of
@@ -119,7 +120,7 @@ def recent_lateness(spool: Spool, recent: int = RECENT) -> list[float]:
         float(r["lateness"])
         for task_id in ids[:recent]
         for r in journal.read(spool.log_dir(task_id))
-        if r["event"] == "start" and isinstance(r.get("lateness"), int | float)
+        if r["event"] == Event.START and isinstance(r.get("lateness"), int | float)
     )
 
 

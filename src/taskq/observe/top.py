@@ -25,6 +25,7 @@ from typing import Any
 from taskq.errors import TaskqError
 from taskq.observe import stats
 from taskq.spool import fsutil, journal
+from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.listing import command_of
 from taskq.spool.states import PHASE_OF, STATE_OF, Phase
@@ -162,7 +163,7 @@ def _command(path: str) -> list[str] | None:
 def _started(spool: Spool, name: TaskName) -> int | None:
     """When the task's current attempt started, by its journal (None if it does not say)."""
     for record in reversed(journal.read(spool.log_dir(name.id))):
-        if record["event"] == "start" and record.get("attempt") == name.attempt:
+        if record["event"] == Event.START and record.get("attempt") == name.attempt:
             try:
                 return parse_when(str(record.get("time")), 0)
             except (ValueError, TaskqError):

@@ -29,6 +29,7 @@ from taskq.errors import BadInput, Conflict, NotFound, TaskqError
 from taskq.schedules.materialise import Pass, cancel_if_pending, running_before, running_ids
 from taskq.schedules.store import Schedule, Store, backfill_key, manual_key
 from taskq.spool import byid, journal
+from taskq.spool.journal import Event
 from taskq.spool.task import TaskName
 from taskq.times.timespec import format_iso
 
@@ -60,7 +61,7 @@ def run_now(store: Store, sched: Schedule, now: int, force: bool) -> tuple[Made,
     body = sched.request(now, now, key=manual_key(sched.name, now), after=after)
     name, created = submit(store.spool, body.body(sched.task.argv, now))
     if created:
-        store.log(sched.name, "manual", now, slot=format_iso(now), task=name.id, after=after)
+        store.log(sched.name, Event.MANUAL, now, slot=format_iso(now), task=name.id, after=after)
         store.add_live(sched.name, sched.since, name.id)
     if created and sched.overlap == "replace" and not force:
         for tid in running:
@@ -68,7 +69,7 @@ def run_now(store: Store, sched: Schedule, now: int, force: bool) -> tuple[Made,
                 operations.cancel(store.spool, tid)
             except TaskqError:
                 continue  # ended meanwhile
-            store.log(sched.name, "stopped", now, task=tid, why="replaced")
+            store.log(sched.name, Event.STOPPED, now, task=tid, why="replaced")
     return Made(now, name.id, created), after
 
 
@@ -85,10 +86,10 @@ def skip(store: Store, sched: Schedule, before: int, slots: list[int], now: int)
     if state.cursor_task is not None and state.cursor < before:
         p = Pass(store, now, frozenset())
         if cancel_if_pending(p, state.cursor_task) is not None:
-            store.log(sched.name, "skipped", now, slot=format_iso(state.cursor), why="skip")
+            store.log(sched.name, Event.SKIPPED, now, slot=format_iso(state.cursor), why="skip")
         else:
             started = state.cursor  # claimed already: it runs
-    store.log(sched.name, "skip", now, skip_before=format_iso(before), slots=len(slots))
+    store.log(sched.name, Event.SKIP, now, skip_before=format_iso(before), slots=len(slots))
     store.spool.ring()
     return [s for s in slots if s != started]
 
@@ -133,7 +134,7 @@ def _one(store: Store, sched: Schedule, slot: int, after: list[str], now: int) -
     if not created and _skipped(store, name):
         name, created = _submit(store, sched, slot, backfill_key(sched.name, slot), after, now)
     if created:
-        store.log(sched.name, "backfilled", now, slot=format_iso(slot), task=name.id)
+        store.log(sched.name, Event.BACKFILLED, now, slot=format_iso(slot), task=name.id)
         store.add_live(sched.name, sched.since, name.id)
     return Made(slot, name.id, created)
 

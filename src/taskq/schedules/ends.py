@@ -17,7 +17,9 @@ from typing import Any
 from taskq.errors import NotFound, TaskqError
 from taskq.schedules.store import SKIP_REASONS, Cursor, Schedule, Store
 from taskq.spool import byid, journal
-from taskq.spool.layout import END_STATES, Spool
+from taskq.spool.journal import Event
+from taskq.spool.layout import Spool
+from taskq.spool.states import END_STATES
 from taskq.times.timespec import format_iso
 
 
@@ -71,7 +73,7 @@ def watch(
         return None
     state.auto_paused = sched.since
     last = ([None] + [tid for _, how, tid in sorted(ends) if how == "failed"])[-1]
-    store.log(sched.name, "paused", now, why="failures", failures=state.failures, task=last)
+    store.log(sched.name, Event.PAUSED, now, why="failures", failures=state.failures, task=last)
     return {
         "event": "schedule-paused",
         "schedule": sched.name,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from taskq.schedules.store import Cursor, Schedule
+from taskq.spool.journal import Event
 from taskq.spool.task import TaskName
 from taskq.times.timespec import format_iso
 
@@ -47,7 +48,7 @@ def follow(p: Pass, sched: Schedule, state: Cursor) -> None:
     assert every is not None
     if sched.skip_before is not None and slot < sched.skip_before:
         n = -(-(sched.skip_before - slot) // every)
-        p.store.log(sched.name, "skipped", p.now, slot=format_iso(slot), count=n, why="skip")
+        p.store.log(sched.name, Event.SKIPPED, p.now, slot=format_iso(slot), count=n, why="skip")
         state.count_skipped("skip", n)
         slot += n * every
         state.last_end = slot - every

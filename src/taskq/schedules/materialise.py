@@ -35,6 +35,7 @@ from taskq.schedules import ends, following
 from taskq.schedules.store import MAX_LIVE, Cursor, Schedule, Store, catchup_keep
 from taskq.spool import byid, deps, fsutil
 from taskq.spool.ending import end_task
+from taskq.spool.journal import Event
 from taskq.spool.layout import Located, Spool
 from taskq.spool.states import State
 from taskq.spool.task import ClaimName, TaskBody, TaskName, bucket_of
@@ -161,7 +162,9 @@ def _catch_up(p: Pass, sched: Schedule, state: Cursor) -> None:
         dest = cancel_if_pending(p, task)
         if dest is not None:
             nominal = _slot_of(p, dest)
-            p.store.log(sched.name, "skipped", p.now, slot=nominal, task=_id(task), why="catchup")
+            p.store.log(
+                sched.name, Event.SKIPPED, p.now, slot=nominal, task=_id(task), why="catchup"
+            )
             if task == state.cursor_task:
                 state.cursor_task = None
             if task == state.prev_task:
@@ -173,11 +176,11 @@ def _catch_up(p: Pass, sched: Schedule, state: Cursor) -> None:
     state.missed += count
     state.count_skipped("catchup", count - len(kept))
     for slot in [s for s in kept if skipped_by_operator(sched, s)]:
-        p.store.log(sched.name, "skipped", p.now, slot=format_iso(slot), why="skip")
+        p.store.log(sched.name, Event.SKIPPED, p.now, slot=format_iso(slot), why="skip")
         state.count_skipped("skip")
         kept.remove(slot)
     for slot in kept:
-        name = make(p, sched, state, slot, slot, "caught-up")
+        name = make(p, sched, state, slot, slot, Event.CAUGHT_UP)
         if name is not None:
             state.prev_task = name
     state.cursor, state.cursor_task, state.checked = missed[-1], None, True
@@ -189,12 +192,12 @@ def _log_skipped(
     """Journal the slots catch-up skips: each one, or a range when there are many."""
     if unlisted == 0 and len(listed) <= LISTED:
         for slot in listed:
-            p.store.log(name, "skipped", p.now, slot=format_iso(slot), why="catchup")
+            p.store.log(name, Event.SKIPPED, p.now, slot=format_iso(slot), why="catchup")
         return
     first = kept[0] if kept else (listed[-1] if listed else lo)
     p.store.log(
         name,
-        "skipped",
+        Event.SKIPPED,
         p.now,
         after=format_iso(lo),
         before=format_iso(first),
@@ -212,7 +215,7 @@ def _judge(p: Pass, sched: Schedule, state: Cursor, paused: bool) -> None:
     why = "paused" if paused else ("skip" if skipped_by_operator(sched, state.cursor) else None)
     if why is not None:
         if cancel_if_pending(p, state.cursor_task) is not None:
-            p.store.log(sched.name, "skipped", p.now, slot=slot, why=why)
+            p.store.log(sched.name, Event.SKIPPED, p.now, slot=slot, why=why)
             state.count_skipped(why)
             state.cursor_task = None
         return
@@ -224,7 +227,7 @@ def _judge(p: Pass, sched: Schedule, state: Cursor, paused: bool) -> None:
         return
     behind = running[0] if running else state.held_behind
     if sched.overlap == "replace" and queued and cancel_if_pending(p, str(state.held)):
-        p.store.log(sched.name, "skipped", p.now, task=_id(state.held), why="replaced")
+        p.store.log(sched.name, Event.SKIPPED, p.now, task=_id(state.held), why="replaced")
         state.count_skipped("replaced")
         state.held, queued = None, False
     if sched.overlap in ("queue", "replace") and not queued:
@@ -234,14 +237,14 @@ def _judge(p: Pass, sched: Schedule, state: Cursor, paused: bool) -> None:
             if not p.lost and sched.overlap == "replace":
                 _claimed_first(p, sched.name, slot, behind, running)
             return
-        event = "queued" if sched.overlap == "queue" else "replacing"
+        event = Event.QUEUED if sched.overlap == "queue" else Event.REPLACING
         p.store.log(sched.name, event, p.now, slot=slot, behind=behind)
         state.held, state.held_behind, state.cursor_task = held, behind, held
         if sched.overlap == "replace":
             _stop(p, sched.name, running)
         return
     if cancel_if_pending(p, state.cursor_task) is not None:
-        p.store.log(sched.name, "skipped", p.now, slot=slot, why="overlap", behind=behind)
+        p.store.log(sched.name, Event.SKIPPED, p.now, slot=slot, why="overlap", behind=behind)
         state.count_skipped("overlap")
         state.cursor_task = None
 
@@ -249,7 +252,7 @@ def _judge(p: Pass, sched: Schedule, state: Cursor, paused: bool) -> None:
 def _claimed_first(p: Pass, name: str, slot: str, behind: str | None, running: list[str]) -> None:
     """A daemon claimed the slot's task before it could be held (a pass late by more
     than the guard): it starts at its slot, and the running one is stopped now."""
-    p.store.log(name, "replacing", p.now, slot=slot, behind=behind, claimed=True)
+    p.store.log(name, Event.REPLACING, p.now, slot=slot, behind=behind, claimed=True)
     _stop(p, name, running)
 
 
@@ -280,7 +283,7 @@ def _stop(p: Pass, name: str, running: list[str]) -> None:
             operations.cancel(p.spool, tid)
         except TaskqError:
             continue  # ended meanwhile
-        p.store.log(name, "stopped", p.now, task=tid, why="replaced")
+        p.store.log(name, Event.STOPPED, p.now, task=tid, why="replaced")
 
 
 def _release(p: Pass, sched: Schedule, state: Cursor) -> None:
@@ -290,7 +293,7 @@ def _release(p: Pass, sched: Schedule, state: Cursor) -> None:
         return
     moved = _reschedule_if_pending(p, state.held, max(p.now, _held_slot(p, state)))
     if moved is not None:
-        p.store.log(sched.name, "released", p.now, task=_id(moved))
+        p.store.log(sched.name, Event.RELEASED, p.now, task=_id(moved))
     for attr in ("cursor_task", "prev_task"):
         if getattr(state, attr) == state.held:
             setattr(state, attr, moved)
@@ -332,20 +335,20 @@ def _top_up(p: Pass, sched: Schedule, state: Cursor) -> None:
     if state.cursor_task is not None:
         state.prev_task = state.cursor_task
     if skipped_by_operator(sched, slot):  # no task at all: nothing a late pass could miss
-        p.store.log(sched.name, "skipped", p.now, slot=format_iso(slot), why="skip")
+        p.store.log(sched.name, Event.SKIPPED, p.now, slot=format_iso(slot), why="skip")
         state.count_skipped("skip")
         state.cursor, state.cursor_task, state.checked = slot, None, True
         return
     jitter = random.randrange(sched.jitter) if sched.jitter else 0
     state.cursor = slot
-    state.cursor_task = make(p, sched, state, slot, slot + jitter, "made")
+    state.cursor_task = make(p, sched, state, slot, slot + jitter, Event.MADE)
     state.checked = False
 
 
 # -- tasks -------------------------------------------------------------------
 
 
-def make(p: Pass, sched: Schedule, state: Cursor, slot: int, run_at: int, event: str) -> str | None:
+def make(p: Pass, sched: Schedule, state: Cursor, slot: int, run_at: int, event: Event) -> str | None:
     """Submit the occurrence of slot (or get the one already made); its name."""
     body = sched.request(slot, run_at).body(sched.task.argv, p.now)
     name, created = submit(p.spool, body)
@@ -390,7 +393,7 @@ def cancel_if_pending(p: Pass, name: str) -> str | None:
     task, path = found
     try:
         pending = Located(State.PENDING, path, task)
-        end = end_task(p.spool, pending, State.CANCELLED, p.now, "cancelled", by="schedule")
+        end = end_task(p.spool, pending, State.CANCELLED, p.now, Event.CANCELLED, by="schedule")
     except FileNotFoundError:
         return None  # claimed meanwhile: it runs
     if end.waited_for:

@@ -34,6 +34,7 @@ from taskq.errors import BadInput, Conflict, CorruptFile, NotFound, TaskqError
 from taskq.schedules.rules import Rules, check_date
 from taskq.schedules.slots import Spec
 from taskq.spool import fsutil, journal
+from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, check_id, new_id
 from taskq.times.timespec import SECOND, format_iso
@@ -470,7 +471,7 @@ class Store:
     def _state(self, name: str) -> str:
         return os.path.join(self.dir(name), STATE)
 
-    def log(self, name: str, event: str, now: int, **fields: Any) -> None:
+    def log(self, name: str, event: Event, now: int, **fields: Any) -> None:
         journal.append(self.dir(name), event, now, **fields)
 
     def history(self, name: str) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from taskq.schedules.materialise import skipped_by_operator
 from taskq.schedules.slots import local_text
 from taskq.schedules.store import Cursor, Schedule, Store
 from taskq.spool import deps
+from taskq.spool.journal import Event
 from taskq.spool.states import State
 from taskq.spool.task import valid_id
 from taskq.text.quote import quote
@@ -105,13 +106,13 @@ def _occurrences(store: Store, name: str) -> list[dict[str, Any]]:
         if record.get("task"):
             entry["task"] = record["task"]
         event = record.get("event")
-        if event == "skipped":
+        if event == Event.SKIPPED:
             entry["outcome"] = "skipped"
             entry["why"] = record.get("why")
             if "count" in record:
                 entry["count"] = record["count"]
                 entry["after"] = record.get("after")
-        elif event == "queued":
+        elif event == Event.QUEUED:
             entry.setdefault("note", "queued behind the previous run")
         elif event == "replacing":
             entry.setdefault("note", "stopped the previous run")

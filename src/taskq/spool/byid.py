@@ -1,11 +1,6 @@
-"""Finding a task by id without listing the spool: ids/ hints, checked by probing.
+"""Finding a task by id without listing the spool: its ids/ hint, checked by probing.
 
-ids/XY/ID (XY: the id's last two characters, random bits that spread ids
-evenly over at most 1,024 directories) is a symbolic link whose target is
-the name of the file where the task was put last by a submit, an
-operator's reschedule or retry, or a lookup that had to search, with the id
-left out: RUN_AT_ATTEMPT_QUEUE. It is only ever a hint, and never
-followed. A lookup reads it, puts the id back into the name and
+A lookup reads the id's hint (hints.py), puts the id back into the name and
 probes the few places that name can be in now, in the order tasks move
 through them: its bucket in pending/, claimed/ (listed: it holds only the
 tasks in flight), failed/, cancelled/ and each day of done/. Moves that
@@ -16,119 +11,23 @@ places (its hint lost in a crash, a spool from before ids/ existed, or a
 task that moved back and forth while we looked) is found by listing the
 spool, the way every lookup once worked, and its hint is rewritten.
 
-So a hint costs a submit one symlink() (kept in the link's inode: no data
-block) and no fsync (a batch's last syncfs
-makes it durable for free), costs the daemon nothing, and cannot make a
-lookup wrong: a stale or missing hint only makes it slower. `taskq fsck`
-rebuilds every hint from the spool alone.
+A stale or missing hint cannot make a lookup wrong, only slower.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from taskq.errors import NotFound, TaskqError
 from taskq.spool import fsutil, journal
+from taskq.spool.hints import point, read_hint
+from taskq.spool.journal import Event
 from taskq.spool.layout import Located, Spool
 from taskq.spool.states import STATE_OF, State
 from taskq.spool.task import ClaimName, TaskBody, TaskName, check_id
-from taskq.times.timespec import format_compact
 
 ROUNDS = 3  # probe rounds before a lookup falls back to listing the spool
-_RESCHEDULES = ("rescheduled", "retried", "retry")  # journal events that rename a task
-
-
-def shard(spool: Spool, task_id: str) -> str:
-    """The ids/ directory that holds this id's hint."""
-    return os.path.join(spool.ids, task_id[-2:])
-
-
-def hint_path(spool: Spool, task_id: str) -> str:
-    return os.path.join(shard(spool, task_id), task_id)
-
-
-def point(spool: Spool, task_id: str, path: str) -> None:
-    """Make the id's hint name the task file at path; best effort, never synced, never fails."""
-    name = name_of(path)
-    if name is not None and name.id == task_id:
-        point_name(spool, name)
-
-
-def name_of(path: str) -> TaskName | None:
-    """The task name of a task file's path (in claimed/, its claim's task), if it has one."""
-    base = os.path.basename(path)
-    try:
-        return TaskName.parse(base)
-    except ValueError:
-        try:
-            return ClaimName.parse(base).task
-        except ValueError:
-            return None
-
-
-def point_name(spool: Spool, name: TaskName) -> None:
-    """Make the hint of name.id name the task: best effort, never synced, never fails.
-
-    Its target is the task's name without the id (the link's own name):
-    RUN_AT_ATTEMPT_QUEUE, short enough (under 60 bytes for a queue name of
-    up to 33 characters and a one-digit attempt) for the filesystem to keep
-    it in the link's inode,
-    which halves what the link costs to create. A new hint is one
-    symlink(); an existing one is replaced by a rename, so a reader sees
-    the old target or the new one, never none.
-    """
-    directory = shard(spool, name.id)
-    link = os.path.join(directory, name.id)
-    target = f"{format_compact(name.run_at)}_{name.attempt}_{name.queue}"
-    with contextlib.suppress(OSError, TaskqError):
-        for _ in range(2):
-            try:
-                os.symlink(target, link)
-                return
-            except FileExistsError:
-                _replace(directory, name.id, target)
-                return
-            except FileNotFoundError:
-                fsutil.ensure_dir(spool.ids)
-                fsutil.ensure_dir(directory)
-
-
-def _replace(directory: str, task_id: str, target: str) -> None:
-    staging = os.path.join(directory, f".{task_id}.{os.getpid()}")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(staging)
-    os.symlink(target, staging)
-    os.replace(staging, os.path.join(directory, task_id))
-
-
-def forget(spool: Spool, task_id: str) -> None:
-    """Remove an id's hint (its task is gone for good); best effort."""
-    with contextlib.suppress(OSError):
-        os.unlink(hint_path(spool, task_id))
-
-
-def read_hint(spool: Spool, task_id: str) -> TaskName | None:
-    """The task name the hint gives, or None if there is no usable hint.
-
-    A target is RUN_AT_ATTEMPT_QUEUE, or (as hints were first written) a
-    path whose last component is the task file's name.
-    """
-    try:
-        entry = os.path.basename(os.readlink(hint_path(spool, task_id)))
-    except OSError:
-        return None
-    run_at, sep, rest = entry.partition("_")
-    for text in (f"{run_at}_{task_id}_{rest}" if sep else "", entry):
-        try:
-            name = TaskName.parse(text)
-        except ValueError:
-            try:
-                name = ClaimName.parse(text).task
-            except ValueError:
-                continue
-        return name if name.id == task_id else None
-    return None
+_RESCHEDULES = (Event.RESCHEDULED, Event.RETRIED, Event.RETRY)  # journal events that rename a task
 
 
 def journal_names(spool: Spool, hint: TaskName) -> list[TaskName]:

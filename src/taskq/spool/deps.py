@@ -30,8 +30,9 @@ import os
 from dataclasses import dataclass
 
 from taskq.errors import CorruptFile, NotFound
-from taskq.spool import byid, fsutil, journal, transitions
+from taskq.spool import byid, fsutil, hints, journal, transitions
 from taskq.spool.ending import MARK, dep_dir, end_task, mark_ended, marker
+from taskq.spool.journal import Event
 from taskq.spool.layout import Located, Spool
 from taskq.spool.states import END_STATES, State
 from taskq.spool.task import TaskBody, TaskName, check_id, valid_id
@@ -118,7 +119,9 @@ def resolve(
         if state == State.PENDING:
             dest = _release(spool, located, now, reason)
         else:
-            end = end_task(spool, located, state, now, "cancelled", reason=reason, was="waiting")
+            end = end_task(
+                spool, located, state, now, Event.CANCELLED, reason=reason, was="waiting"
+            )
             dest, waited_for = end
     except FileNotFoundError:
         return None  # another resolver won
@@ -133,7 +136,7 @@ def _release(spool: Spool, found: Located, now: int, reason: str) -> str:
     for directory in sorted(touched):
         fsutil.fsync_dir(directory)
     log_dir = spool.log_dir(found.name.id)
-    journal.append(log_dir, "released", now, attempt=1, reason=reason, was="waiting")
+    journal.append(log_dir, Event.RELEASED, now, attempt=1, reason=reason, was="waiting")
     return os.path.join(spool.bucket_dir(new.bucket), str(new))
 
 
@@ -223,7 +226,7 @@ def publish_waiting(spool: Spool, tmp: str, name: TaskName, after: list[str], no
         if os.path.exists(tmp):
             raise
         return  # a racing publisher of this body (a key's adopter) placed it: it resolves it
-    byid.point_name(spool, name)  # a lookup's hint
+    hints.point_name(spool, name)  # a lookup's hint
     fsutil.fsync_dir(spool.waiting)
     live = frozenset(dep for dep in after if states[dep] not in END_STATES)
     if any(dep not in live for dep in after):

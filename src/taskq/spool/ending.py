@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from taskq.spool import fsutil, journal, transitions
 from taskq.spool.faults import crash_point
+from taskq.spool.journal import Event
 from taskq.spool.layout import Located, Spool
 from taskq.spool.states import END_STATES, State
 from taskq.spool.task import ClaimName, check_id
@@ -38,7 +39,7 @@ def end_task(
     found: Located | ClaimName,
     state: State,
     now: int,
-    event: str | None = None,
+    event: Event | None = None,
     *,
     touched: set[str] | None = None,
     point: str | None = None,

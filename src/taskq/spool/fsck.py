@@ -20,7 +20,7 @@ import stat
 from dataclasses import dataclass, field
 
 from taskq.errors import BadInput, CorruptFile, NotFound
-from taskq.spool import byid, fsutil, sharing
+from taskq.spool import byid, fsutil, hints, sharing
 from taskq.spool.config import CONFIG
 from taskq.spool.keys import ForeignKey, key_owner, read_key
 from taskq.spool.layout import DOORBELL, DROP_DIRS, RANKED, SUBDIRS, Spool, stray
@@ -258,13 +258,13 @@ class Checker:
             if len(places) != 1:
                 continue
             path = os.path.join(self.spool.root, places[0])
-            hint = byid.read_hint(self.spool, task_id)
-            if hint is None and not os.path.lexists(byid.hint_path(self.spool, task_id)):
+            hint = hints.read_hint(self.spool, task_id)
+            if hint is None and not os.path.lexists(hints.hint_path(self.spool, task_id)):
                 if self.fix(f"task {task_id} has no hint in ids/", "written"):
-                    byid.point(self.spool, task_id, path)
+                    hints.point(self.spool, task_id, path)
                 continue
-            if not self.dry and (hint is None or byid.name_of(path) != hint):
-                byid.point(self.spool, task_id, path)  # rewritten (in the current form)
+            if not self.dry and (hint is None or hints.name_of(path) != hint):
+                hints.point(self.spool, task_id, path)  # rewritten (in the current form)
         for shard in fsutil.listdir(self.spool.ids):
             directory = os.path.join(self.spool.ids, shard)
             for entry in fsutil.listdir(directory):
@@ -283,7 +283,7 @@ class Checker:
             return
         if os.path.exists(os.path.join(self.spool.tmp, f"{entry}.task")):
             return  # a submission in flight: the hint comes before its task
-        hint = byid.read_hint(self.spool, entry)
+        hint = hints.read_hint(self.spool, entry)
         if hint is None:
             self.remove(path, f"{self.rel(path)}: does not point at a task file")
         elif byid.probe(self.spool, entry, byid.journal_names(self.spool, hint)) is None:

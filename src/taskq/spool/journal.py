@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from enum import StrEnum
 from typing import Any
 
 from taskq.times.timespec import format_iso
@@ -16,7 +17,48 @@ from taskq.times.timespec import format_iso
 JOURNAL = "journal"
 
 
-def append(log_dir: str, event: str, now: int, **fields: Any) -> bool:
+class Event(StrEnum):
+    """What a journal line records: its "event" (taskq-spool(5), JOURNAL and SCHEDULES)."""
+
+    # An attempt, by the daemon that holds its claim.
+    START = "start"
+    END = "end"
+    LATE_END = "late-end"  # ended after its lease was lost; the new owner records the end
+    RETRY = "retry"  # the next attempt, after a backoff
+    DEAD = "dead"  # failed for good: attempts exhausted
+    EXPIRED = "expired"  # past its --expires deadline: failed, never started
+    SPAWN_FAILED = "spawn-failed"
+    FILED = "filed"  # a member's submission, filed from the drop by a daemon
+    # A claim changing hands.
+    TAKEN_OVER = "taken-over"
+    ADOPTED = "adopted"  # a taken-over attempt that still runs, watched to its end
+    LEASE_LOST = "lease-lost"
+    HANDED_OVER = "handed-over"  # to another daemon of this host, which watches it now
+    RELEASED = "released"  # back to pending (a claim never started, a dependent, a queued slot)
+    # Operators, dependencies and the teller.
+    CANCEL_REQUESTED = "cancel-requested"
+    CANCELLED = "cancelled"
+    RESCHEDULED = "rescheduled"
+    RETRIED = "retried"  # an operator's retry: a fresh budget of attempts
+    REVOKED = "revoked"  # a record written ahead of a rename that lost its race
+    TOLD = "told"  # the [notify] hook and mail were run
+    # A schedule's own journal.
+    ADDED = "added"
+    REPLACED = "replaced"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    MADE = "made"  # an occurrence submitted ahead of its slot
+    CAUGHT_UP = "caught-up"  # an occurrence made for a slot missed while no daemon ran
+    SKIPPED = "skipped"
+    QUEUED = "queued"  # held until the occurrence before it ends (--overlap queue)
+    REPLACING = "replacing"  # held until the running one it stops has ended (--overlap replace)
+    STOPPED = "stopped"  # a running occurrence cancelled by a replacing one
+    MANUAL = "manual"  # an occurrence asked for by hand (taskq schedule run)
+    BACKFILLED = "backfilled"  # an occurrence made for a past slot (taskq schedule backfill)
+    SKIP = "skip"  # an operator's skip of the slots before skip_before (taskq schedule skip)
+
+
+def append(log_dir: str, event: Event, now: int, **fields: Any) -> bool:
     """Append one record, creating the log directory if needed.
 
     Most records are history, not state: a record that cannot be written
@@ -33,7 +75,7 @@ def append(log_dir: str, event: str, now: int, **fields: Any) -> bool:
     return True
 
 
-def begin(log_dir: str, event: str, now: int, group: int | None, **fields: Any) -> bool:
+def begin(log_dir: str, event: Event, now: int, group: int | None, **fields: Any) -> bool:
     """Append a task's first record, making its journal readable by `group` (0640) if given.
 
     For a root daemon's record of a member's task: the member, alone in its
@@ -57,7 +99,7 @@ def begin(log_dir: str, event: str, now: int, group: int | None, **fields: Any) 
     return True
 
 
-def append_durable(log_dir: str, event: str, now: int, **fields: Any) -> None:
+def append_durable(log_dir: str, event: Event, now: int, **fields: Any) -> None:
     """Append a record that decides what the daemon does, and fsync it; OSError if not.
 
     An operator's `rescheduled` and `retried` records set a task's schedule
@@ -67,7 +109,7 @@ def append_durable(log_dir: str, event: str, now: int, **fields: Any) -> None:
     _write(log_dir, _line(event, now, fields), sync=True)
 
 
-def _line(event: str, now: int, fields: dict[str, Any]) -> bytes:
+def _line(event: Event, now: int, fields: dict[str, Any]) -> bytes:
     record = {"event": event, "time": format_iso(now), **fields}
     return (json.dumps(record, separators=(",", ":")) + "\n").encode()
 
@@ -147,7 +189,7 @@ def budget_start(records: list[dict[str, Any]], attempt: int) -> int:
     first = 1
     for i, r in enumerate(records):
         n = r.get("attempt")
-        if r["event"] != "retried" or not isinstance(n, int) or n > attempt:
+        if r["event"] != Event.RETRIED or not isinstance(n, int) or n > attempt:
             continue
         if not _revoked(r, records[i + 1 :]):
             first = n
@@ -165,7 +207,7 @@ def last_end(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     best: dict[str, Any] | None = None
     for r in records:
         n = r.get("attempt")
-        if r["event"] != "end" or not isinstance(n, int):
+        if r["event"] != Event.END or not isinstance(n, int):
             continue
         if best is None or n > best["attempt"]:
             best = r
@@ -180,23 +222,23 @@ def exit_status(records: list[dict[str, Any]]) -> int | None:
     return int(last["exit_status"]) if "exit_status" in last else 128 + int(last["signal"])
 
 
-def revoke(log_dir: str, event: str, written: int) -> None:
+def revoke(log_dir: str, event: Event, written: int) -> None:
     """Cancel a record written ahead of a rename that then lost its race."""
-    append(log_dir, "revoked", written, revokes=f"{event}@{format_iso(written)}")
+    append(log_dir, Event.REVOKED, written, revokes=f"{event}@{format_iso(written)}")
 
 
 def _revoked(record: dict[str, Any], later: list[dict[str, Any]]) -> bool:
     mark = f"{record['event']}@{record.get('time')}"
-    return any(r["event"] == "revoked" and r.get("revokes") == mark for r in later)
+    return any(r["event"] == Event.REVOKED and r.get("revokes") == mark for r in later)
 
 
 def expired(records: list[dict[str, Any]]) -> bool:
     """Whether the task's latest fate was to expire (a later retry clears it)."""
     fate = False
     for r in records:
-        if r["event"] == "expired":
+        if r["event"] == Event.EXPIRED:
             fate = True
-        elif r["event"] in ("retried", "start"):
+        elif r["event"] in (Event.RETRIED, Event.START):
             fate = False
     return fate
 
@@ -228,17 +270,17 @@ def person_schedule(records: list[dict[str, Any]], attempt: int, run_at: int, de
     started = {
         r.get("attempt"): r.get("run_at")
         for r in records
-        if r["event"] == "start" and isinstance(r.get("run_at"), str)
+        if r["event"] == Event.START and isinstance(r.get("run_at"), str)
     }
     scheduled = default
     for i, r in enumerate(records):
         n, when = r.get("attempt"), r.get("run_at")
-        if r["event"] not in ("rescheduled", "retried") or not isinstance(when, str):
+        if r["event"] not in (Event.RESCHEDULED, Event.RETRIED) or not isinstance(when, str):
             continue
         if not isinstance(n, int) or n > attempt or _revoked(r, records[i + 1 :]):
             continue
         truth = format_iso(run_at) if n == attempt else started.get(n)
-        if r["event"] == "rescheduled" and truth is not None and truth != when:
+        if r["event"] == Event.RESCHEDULED and truth is not None and truth != when:
             continue  # overtaken by a later change, or never made
         scheduled = parse_when(when, default)
     return scheduled

@@ -17,7 +17,7 @@ import shutil
 import stat
 from dataclasses import dataclass
 
-from taskq.spool import byid, fsutil
+from taskq.spool import fsutil, hints
 from taskq.spool.keys import bound_key, key_owner, rightful
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskName
@@ -66,7 +66,7 @@ def collect(spool: Spool, now: int, older_than: int, dry_run: bool = False) -> R
             if _is_task(entry):
                 task_id = TaskName.parse(entry).id
                 shutil.rmtree(spool.log_dir(task_id), ignore_errors=True)
-                byid.forget(spool, task_id)
+                hints.forget(spool, task_id)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
         try:

@@ -12,6 +12,7 @@ import pytest
 from taskq.daemon import runner
 from taskq.daemon.dueindex import DueIndex
 from taskq.spool import attemptfiles, journal
+from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, TaskName, bucket_of, new_id
 from taskq.times.timespec import MINUTE, SECOND
@@ -75,15 +76,15 @@ def test_due_index_round_robin_across_queues(tmp_path: Path) -> None:
 def test_journal_tolerates_a_torn_line_and_reads_budgets(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     log_dir = str(tmp_path / "logs" / "X")
-    assert journal.append(log_dir, "start", NOW, attempt=1, run_at="2027-01-15T08:00:00Z")
-    journal.append(log_dir, "retried", NOW + 1, attempt=3)
+    assert journal.append(log_dir, Event.START, NOW, attempt=1, run_at="2027-01-15T08:00:00Z")
+    journal.append(log_dir, Event.RETRIED, NOW + 1, attempt=3)
     with open(os.path.join(log_dir, "journal"), "ab") as f:
         f.write(b'{"event": "end", "att')  # a crash mid-append
     records = journal.read(log_dir)
     assert [r["event"] for r in records] == ["start", "retried"]
     assert journal.budget_start(records, 2) == 1  # the retry names an attempt not yet made
     assert journal.budget_start(records, 3) == 3
-    journal.revoke(log_dir, "retried", NOW + 1)
+    journal.revoke(log_dir, Event.RETRIED, NOW + 1)
     assert journal.budget_start(journal.read(log_dir), 3) == 1
 
 
