@@ -44,7 +44,7 @@ def submit(
     pickup.py).
     """
     name = TaskName(body.run_at, body.id, 1, body.queue)
-    tmp = os.path.join(spool.tmp, f"{body.id}.task")
+    tmp = spool.tmp_body(body.id)
     bound = None
     try:
         if body.priority:
@@ -85,7 +85,7 @@ def _publish_body(spool: Spool, tmp: str, name: TaskName, body: TaskBody) -> Non
 
 def _withdraw(spool: Spool, tmp: str, name: TaskName) -> bool:
     """Undo a failed submission; False if it cannot be undone (already claimed)."""
-    published = os.path.join(spool.bucket_dir(name.bucket), str(name))
+    published = spool.pending_path(name)
     try:
         fsutil.rename_cas(published, tmp)  # published, then an fsync failed
     except FileNotFoundError:
@@ -165,7 +165,7 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
             if body.key is not None:
                 first_of_key[body.key] = i
             todo.append(i)
-    tmps = {i: f"{spool.tmp}/{bodies[i].id}.task" for i in todo}
+    tmps = {i: spool.tmp_body(bodies[i].id) for i in todo}
     bound: dict[int, str] = {}
     try:
         if any(b.priority for b in bodies):
@@ -271,7 +271,7 @@ def _bind_key(
         with contextlib.suppress(OSError, ValueError, CorruptFile):  # none, or not ours: ignored
             return _adopt_key(spool, legacy_key_path(spool, key), uid)
     path = key_path(spool, key, uid)
-    staging = os.path.join(spool.keys, f".{name.id}.tmp")
+    staging = spool.key_path(f".{name.id}.tmp")
     until = None if policy is None else policy.until(now)
     fsutil.write_new(staging, binding(name, until), 0o600 if uid == me else 0o644, sync=sync)
     try:
@@ -314,7 +314,7 @@ def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
         rel = os.path.relpath(path, spool.root)
         fix = "a daemon removes it" if isinstance(e, CorruptFile) else "taskq fsck removes it"
         raise OSError(errno.EAGAIN, f"key file {rel} {e}; {fix}, try again") from None
-    tmp = os.path.join(spool.tmp, f"{first.id}.task")
+    tmp = spool.tmp_body(first.id)
     if os.path.exists(tmp):
         # The first submitter bound the key and then stopped (or is about to
         # publish): publishing its durable body is exactly what it would do.

@@ -206,7 +206,7 @@ class Dispatcher(Part):
 
     def prepare(self, held: ClaimName, now: int) -> Prepared | None:
         """Read a fresh claim's body, expire it or mark it started."""
-        path = transitions.claim_path(self.spool, held)
+        path = self.spool.claim_path(held)
         read = self._read(path, now)
         if read is None:
             return None

@@ -18,6 +18,7 @@ from typing import Any
 from taskq.daemon.sdnotify import Notifier
 from taskq.observe.snapshot import Snapshot
 from taskq.spool import rundir as status
+from taskq.spool.layout import LOCK, PROBE, daemon_file
 from taskq.times.timespec import SECOND, format_iso
 
 log = logging.getLogger("taskq")
@@ -41,11 +42,11 @@ class Health:
 
     @property
     def probe(self) -> str:
-        return os.path.join(self.run_dir, f"{self.owner}.probe")
+        return daemon_file(self.run_dir, self.owner, PROBE)
 
     @property
     def _lock_path(self) -> str:
-        return os.path.join(self.run_dir, f"{self.owner}.lock")
+        return daemon_file(self.run_dir, self.owner, LOCK)
 
     def lock(self, now: int) -> None:
         """Hold run/HOST_PID.lock for as long as the daemon lives."""

@@ -23,7 +23,7 @@ from taskq.daemon import runner
 from taskq.daemon.attempts import Attempts, Running
 from taskq.daemon.crew import Crew, Part
 from taskq.errors import CorruptFile
-from taskq.spool import attemptfiles, fsutil, journal, transitions
+from taskq.spool import attemptfiles, fsutil, journal, layout, transitions
 from taskq.spool import rundir as status
 from taskq.spool.faults import crash_point
 from taskq.spool.journal import Event
@@ -64,7 +64,7 @@ class Recovery(Part):
     def check_claims(self, now: int, mono: int) -> None:
         """After the doorbell: has any running claim of ours been renamed?"""
         for run in self.attempts.all():
-            if not run.lost and not os.path.exists(transitions.claim_path(self.spool, run.claim)):
+            if not run.lost and not os.path.exists(self.spool.claim_path(run.claim)):
                 self.lease_lost(run, now, mono)
 
     def lease_lost(self, run: Running, now: int, mono: int) -> None:
@@ -168,7 +168,7 @@ class Recovery(Part):
             self.settler.release(held, now, "claimed but never started")
             return
         self.on_taken(held.task.id, now)
-        body = self._read_body(transitions.claim_path(self.spool, held), now)
+        body = self._read_body(self.spool.claim_path(held), now)
         if body is not None:
             self._adopt(held, body, old, now, mono)
 
@@ -187,7 +187,7 @@ class Recovery(Part):
         """Watch an orphaned attempt to its end, or settle one that ended."""
         log_dir = self.spool.log_dir(body.id)
         attempt = held.task.attempt
-        if not os.path.exists(attemptfiles.status_path(log_dir, attempt)):
+        if not os.path.exists(layout.status_path(log_dir, attempt)):
             # The status file is created before the spawn: this attempt never ran.
             self.settler.settle_unbegun(held, now, "never spawned")
             return

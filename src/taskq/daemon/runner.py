@@ -22,7 +22,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 
-from taskq.spool.attemptfiles import out_path, status_path
+from taskq.spool.layout import out_path, status_path
 from taskq.spool.runas import RunAs
 from taskq.spool.task import TaskBody, TaskName
 from taskq.times.timespec import format_iso

@@ -62,7 +62,7 @@ class Settler:
         if held.phase == Phase.CANCELLING:
             return None
         asked = held.with_(phase=Phase.CANCELLING)
-        return asked if os.path.exists(transitions.claim_path(self.spool, asked)) else None
+        return asked if os.path.exists(self.spool.claim_path(asked)) else None
 
     def _lost_race(self, held: ClaimName, now: int, when: str, ran: bool = True) -> None:
         """Our claim's rename found it gone: settle a cancel, or leave it to its new owner.
@@ -113,7 +113,7 @@ class Settler:
 
     def _holds(self, held: ClaimName) -> bool:
         """Whether the claim is still ours: as we named it, or renamed by `taskq cancel`."""
-        if os.path.exists(transitions.claim_path(self.spool, held)):
+        if os.path.exists(self.spool.claim_path(held)):
             return True
         return self.cancelling(held) is not None
 

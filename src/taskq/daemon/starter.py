@@ -90,7 +90,7 @@ class Starter(Part):
         """
         now = self.clock.now()
         if self.clock.mono() - ready.mono < self.lease // 3:
-            if os.path.exists(transitions.claim_path(self.spool, ready.claim)):
+            if os.path.exists(self.spool.claim_path(ready.claim)):
                 return ready
         else:
             try:
@@ -123,7 +123,7 @@ class Starter(Part):
             reason = (
                 f"attempt {held.task.attempt} of {body.id} ran already ({e.filename} holds output)"
             )
-            self.settler.quarantine(transitions.claim_path(self.spool, held), reason, now)
+            self.settler.quarantine(self.spool.claim_path(held), reason, now)
             return
         except OSError as e:
             self._failed(ready, e, now)
@@ -161,7 +161,7 @@ class Starter(Part):
         first = ownership.bind(log_dir, ready.user.uid)
         if first == ready.user.uid:
             return True
-        path = transitions.claim_path(self.spool, ready.claim)
+        path = self.spool.claim_path(ready.claim)
         uid = ready.user.uid
         reason = f"id {ready.body.id} belongs to uid {first}, who ran it first, not to uid {uid}"
         self.settler.quarantine(path, reason, now)

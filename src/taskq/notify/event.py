@@ -9,12 +9,12 @@ are. Everything comes from the task's name, body and journal records.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from taskq.spool import journal
 from taskq.spool.journal import Event
+from taskq.spool.layout import journal_path, out_path
 from taskq.spool.states import State
 from taskq.spool.task import TaskBody, TaskName
 from taskq.times.timespec import format_iso
@@ -40,7 +40,7 @@ def build(
     start = starts[-1] if starts else {}
     end = ends[-1] if ends else {}
     attempt = start.get("attempt")
-    output = os.path.join(log_dir, f"{attempt}.out") if attempt else None
+    output = out_path(log_dir, attempt) if attempt else None
     return {
         "event": "ended",
         "id": ended.name.id,
@@ -61,7 +61,7 @@ def build(
         "submitted_at": format_iso(body.submitted_at) if body else None,
         "log_dir": log_dir,
         "output": output,
-        "journal": os.path.join(log_dir, journal.JOURNAL),
+        "journal": journal_path(log_dir),
         "path": ended.path,
     }
 

@@ -25,8 +25,8 @@ import os
 import time
 
 from taskq.spool import fsutil
+from taskq.spool.layout import COUNTS_CACHE
 
-CACHE = "counts.tsv"
 SETTLE = 2_000_000_000  # ns a directory must have been unchanged to be cached
 
 
@@ -53,7 +53,7 @@ class DirCounts:
 
     def __init__(self, root: str, run_dir: str) -> None:
         self.root = root
-        self.path = os.path.join(run_dir, CACHE)
+        self.path = os.path.join(run_dir, COUNTS_CACHE)
         self.old = self._load()
         self.new: dict[str, str] = {}
         self.now = time.time_ns()

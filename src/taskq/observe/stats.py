@@ -109,7 +109,7 @@ def recent_lateness(spool: Spool, recent: int = RECENT) -> list[float]:
     """The recorded lateness (s) of the attempts of the most recently finished tasks, sorted."""
     ids: list[str] = []
     for day in reversed(fsutil.listdir(spool.done)):
-        for entry in reversed(fsutil.listdir(f"{spool.done}/{day}")):
+        for entry in reversed(fsutil.listdir(spool.done_dir(day))):
             try:
                 ids.append(TaskName.parse(entry).id)
             except ValueError:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import attemptfiles, byid, fsutil, journal
-from taskq.spool.layout import Located, Spool
+from taskq.spool.layout import Located, Spool, out_path, output_attempt
 from taskq.spool.states import END_STATES, State
 from taskq.spool.task import check_id
 
@@ -128,7 +128,7 @@ def follow(spool: Spool, task_id: str, attempt: int | None, write: Callable[[byt
                 return  # ended without ever running (cancelled, expired)
             byid.locate(spool, task_id)
             time.sleep(0.1)
-    path = attemptfiles.out_path(log_dir, attempt)
+    path = out_path(log_dir, attempt)
     offset = 0
     while True:
         running = attemptfiles.supervisor_alive(log_dir, attempt)
@@ -148,7 +148,5 @@ def follow(spool: Spool, task_id: str, attempt: int | None, write: Callable[[byt
 
 def latest_attempt(log_dir: str) -> int | None:
     """The highest attempt number with an output file, if any."""
-    numbers = [
-        int(n[:-4]) for n in fsutil.listdir(log_dir) if n.endswith(".out") and n[:-4].isdigit()
-    ]
+    numbers = [n for e in fsutil.listdir(log_dir) if (n := output_attempt(e)) is not None]
     return max(numbers, default=None)

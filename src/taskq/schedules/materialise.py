@@ -373,7 +373,7 @@ def _pending(p: Pass, name: str) -> tuple[TaskName, str] | None:
         task = TaskName.parse(name)
     except ValueError:
         return None
-    path = os.path.join(p.spool.bucket_dir(task.bucket), name)
+    path = p.spool.pending_path(task)
     return (task, path) if os.path.exists(path) else None
 
 
@@ -465,7 +465,7 @@ class Materialiser:
         return self.due_at + (BUSY_WAIT if busy and self.passed else 0)
 
     def _one(self, p: Pass, name: str) -> int | None:
-        path = os.path.join(self.store.dir(name), "schedule.json")
+        path = self.store.schedule_file(name)
         try:
             sched = self.store.read(name)
             if os.lstat(path).st_uid != os.getuid():

@@ -35,15 +35,13 @@ from taskq.schedules.rules import Rules, check_date
 from taskq.schedules.slots import Spec
 from taskq.spool import fsutil, journal
 from taskq.spool.journal import Event
-from taskq.spool.layout import Spool
+from taskq.spool.layout import CURSOR_FILE, SCHEDULE_FILE, Spool
 from taskq.spool.task import TaskBody, check_id, new_id
 from taskq.times.timespec import SECOND, format_iso
 from taskq.times.when import parse_when
 
 VERSION = 1
-DECIDED = ("made", "caught-up", "skipped")  # journal events that decide a slot
-SCHEDULE = "schedule.json"
-STATE = "state.json"
+DECIDED = (Event.MADE, Event.CAUGHT_UP, Event.SKIPPED)  # journal events that decide a slot
 MAX_FILE = 4 << 20
 CATCHUP = re.compile(r"(skip|latest|all)(?::([1-9]\d{0,5}))?")
 OVERLAP = ("skip", "queue", "allow", "replace")
@@ -384,22 +382,25 @@ class Store:
 
     def __init__(self, spool: Spool) -> None:
         self.spool = spool
-        self.root = os.path.join(spool.root, "schedules")
+        self.root = spool.schedules
 
     def dir(self, name: str) -> str:
-        return os.path.join(self.root, check_name(name))
+        return self.spool.schedule_dir(check_name(name))
+
+    def schedule_file(self, name: str) -> str:
+        return f"{self.dir(name)}/{SCHEDULE_FILE}"
 
     def names(self) -> list[str]:
         """Every schedule with a schedule.json, sorted; other names are ignored."""
         out = []
         for entry in fsutil.listdir(self.root):
-            if _NAME.fullmatch(entry) and os.path.exists(os.path.join(self.root, entry, SCHEDULE)):
+            if _NAME.fullmatch(entry) and os.path.exists(self.schedule_file(entry)):
                 out.append(entry)
         return sorted(out)
 
     def read(self, name: str) -> Schedule:
         """Read a schedule; NotFound if there is none, CorruptFile if it is bad."""
-        path = os.path.join(self.dir(name), SCHEDULE)
+        path = self.schedule_file(name)
         try:
             data = fsutil.read_spool_file(path, MAX_FILE)
         except FileNotFoundError:
@@ -414,7 +415,7 @@ class Store:
             os.mkdir(d, 0o700)
         except FileExistsError:
             pass  # replaced below, or an add cut short before its file was written
-        replaced = os.path.exists(os.path.join(d, SCHEDULE))
+        replaced = os.path.exists(self.schedule_file(sched.name))
         if replaced and not replace_it:
             raise Conflict(f"schedule {sched.name} exists; give --replace to replace it")
         self.write(sched)
@@ -422,7 +423,7 @@ class Store:
         return replaced
 
     def write(self, sched: Schedule) -> None:
-        _replace_file(os.path.join(self.dir(sched.name), SCHEDULE), sched.to_json())
+        _replace_file(self.schedule_file(sched.name), sched.to_json())
 
     def state(self, name: str, since: int) -> Cursor:
         """The cursor; if state.json is gone or unreadable, the journal's (recovered)."""
@@ -442,7 +443,7 @@ class Store:
         """
         latest = 0
         for r in self.history(name):
-            if r.get("event") in ("added", "replaced"):
+            if r.get("event") in (Event.ADDED, Event.REPLACED):
                 latest = 0
             for key in ("slot", "before") if r.get("event") in DECIDED else ():
                 with contextlib.suppress(TypeError, TaskqError):
@@ -469,7 +470,7 @@ class Store:
             os.unlink(self._state(name))
 
     def _state(self, name: str) -> str:
-        return os.path.join(self.dir(name), STATE)
+        return f"{self.dir(name)}/{CURSOR_FILE}"
 
     def log(self, name: str, event: Event, now: int, **fields: Any) -> None:
         journal.append(self.dir(name), event, now, **fields)

@@ -11,13 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-
-def out_path(log_dir: str, attempt: int) -> str:
-    return f"{log_dir}/{attempt}.out"
-
-
-def status_path(log_dir: str, attempt: int) -> str:
-    return f"{log_dir}/{attempt}.status"
+from taskq.spool.layout import status_path
 
 
 def supervisor_alive(log_dir: str, attempt: int) -> bool:

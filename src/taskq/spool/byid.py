@@ -54,10 +54,10 @@ def journal_names(spool: Spool, hint: TaskName) -> list[TaskName]:
 def probe(spool: Spool, task_id: str, names: list[TaskName]) -> Located | None:
     """Look for the task under these names in every state, in the order tasks move."""
     for name in names:
-        path = os.path.join(spool.bucket_dir(name.bucket), str(name))
+        path = spool.pending_path(name)
         if os.path.lexists(path):
             return Located(State.PENDING, path, name)
-        path = os.path.join(spool.waiting, str(name))  # --after: named as in pending/
+        path = spool.waiting_path(name)  # --after: named as in pending/
         if os.path.lexists(path):
             return Located(State.WAITING, path, name)
     found = claimed(spool, task_id)
@@ -70,7 +70,7 @@ def probe(spool: Spool, task_id: str, names: list[TaskName]) -> Located | None:
                 return Located(state, path, name)
     for day in reversed(fsutil.listdir(spool.done)):
         for name in names:
-            path = os.path.join(spool.done, day, str(name))
+            path = f"{spool.done_dir(day)}/{name}"
             if os.path.lexists(path):
                 return Located(State.DONE, path, name)
     return None

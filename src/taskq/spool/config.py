@@ -19,6 +19,7 @@ import stat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taskq.errors import ConfigError, TaskqError
+from taskq.spool.layout import CONFIG
 from taskq.spool.states import END_STATES
 from taskq.text.lazyre import Lazy
 from taskq.times.timespec import SECOND, parse_duration
@@ -26,7 +27,6 @@ from taskq.times.timespec import SECOND, parse_duration
 if TYPE_CHECKING:
     from taskq.spool.runas import Policy
 
-CONFIG = "config.toml"
 _LIMITS = ("max_overdue", "min_free_bytes", "min_free_inodes")
 _SIZE = Lazy(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
 _SCALE = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import byid, fsutil, hints, journal, transitions
-from taskq.spool.ending import MARK, dep_dir, end_task, mark_ended, marker
+from taskq.spool.ending import end_task, mark_ended, marker
 from taskq.spool.journal import Event
-from taskq.spool.layout import Located, Spool
+from taskq.spool.layout import MARK, Located, Spool
 from taskq.spool.states import END_STATES, State
 from taskq.spool.task import TaskBody, TaskName, check_id, valid_id
 
@@ -73,7 +73,7 @@ def reopen(spool: Spool, task_id: str) -> None:
 def waiters(spool: Spool, task_id: str) -> list[TaskName]:
     """The waiting tasks linked under a dependency (markers and strays skipped)."""
     out = []
-    for entry in fsutil.listdir(dep_dir(spool, task_id)):
+    for entry in fsutil.listdir(spool.dep_dir(task_id)):
         with contextlib.suppress(ValueError):
             out.append(TaskName.parse(entry))
     return out
@@ -100,7 +100,7 @@ def resolve(
     them so): a marker of theirs is taken back (reopen) or an end being
     recorded now, whose ender resolves this task in turn.
     """
-    path = os.path.join(spool.waiting, str(name))
+    path = spool.waiting_path(name)
     try:
         body = spool.read_body(path)
     except FileNotFoundError:
@@ -137,7 +137,7 @@ def _release(spool: Spool, found: Located, now: int, reason: str) -> str:
         fsutil.fsync_dir(directory)
     log_dir = spool.log_dir(found.name.id)
     journal.append(log_dir, Event.RELEASED, now, attempt=1, reason=reason, was="waiting")
-    return os.path.join(spool.bucket_dir(new.bucket), str(new))
+    return spool.pending_path(new)
 
 
 def cascade(spool: Spool, ended: list[str], now: int) -> list[Resolved]:
@@ -169,12 +169,12 @@ def forget(spool: Spool, after: list[str], name: TaskName) -> None:
     """Remove a task's entries under its dependencies (it waits no more)."""
     for dep in after:
         with contextlib.suppress(OSError):
-            os.unlink(os.path.join(dep_dir(spool, dep), str(name)))
+            os.unlink(f"{spool.dep_dir(dep)}/{name}")
 
 
 def tidy(spool: Spool, task_id: str) -> None:
     """Remove deps/X/ once nothing waits there (a late submitter recreates it)."""
-    directory = dep_dir(spool, task_id)
+    directory = spool.dep_dir(task_id)
     names = fsutil.listdir(directory)
     if not names or any(not n.startswith(MARK) for n in names):
         return
@@ -221,7 +221,7 @@ def publish_waiting(spool: Spool, tmp: str, name: TaskName, after: list[str], no
         if state in END_STATES:
             mark_ended(spool, dep, state)
     try:
-        fsutil.rename_cas(tmp, os.path.join(spool.waiting, str(name)))
+        fsutil.rename_cas(tmp, spool.waiting_path(name))
     except FileNotFoundError:
         if os.path.exists(tmp):
             raise
@@ -234,11 +234,11 @@ def publish_waiting(spool: Spool, tmp: str, name: TaskName, after: list[str], no
 
 
 def _link(spool: Spool, dep: str, name: TaskName) -> None:
-    directory = dep_dir(spool, dep)
+    directory = spool.dep_dir(dep)
     for _ in range(_LINK_TRIES):
         fsutil.ensure_dir(directory)
         try:
-            fsutil.write_new(os.path.join(directory, str(name)), b"", sync=False)
+            fsutil.write_new(f"{directory}/{name}", b"", sync=False)
             break
         except FileExistsError:
             break  # linked by a racing publisher of the same body (a key's adopter)

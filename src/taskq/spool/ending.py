@@ -20,11 +20,9 @@ from typing import Any, NamedTuple
 from taskq.spool import fsutil, journal, transitions
 from taskq.spool.faults import crash_point
 from taskq.spool.journal import Event
-from taskq.spool.layout import Located, Spool
+from taskq.spool.layout import Located, Spool, marker_path
 from taskq.spool.states import END_STATES, State
-from taskq.spool.task import ClaimName, check_id
-
-MARK = "ended."
+from taskq.spool.task import ClaimName
 
 
 class End(NamedTuple):
@@ -74,15 +72,11 @@ def end_task(
     return End(dest, mark_ended(spool, name.id, state, touched))
 
 
-def dep_dir(spool: Spool, task_id: str) -> str:
-    return os.path.join(spool.deps, check_id(task_id))
-
-
 def marker(spool: Spool, task_id: str) -> State | None:
     """How a dependency ended, as its marker says; None if no end is recorded."""
-    directory = dep_dir(spool, task_id)
+    directory = spool.dep_dir(task_id)
     for state in END_STATES:
-        if os.path.lexists(os.path.join(directory, MARK + state)):
+        if os.path.lexists(marker_path(directory, state)):
             return state
     return None
 
@@ -93,12 +87,12 @@ def mark_ended(spool: Spool, task_id: str, state: State, touched: set[str] | Non
     With touched, the caller's group commit makes the marker durable; else
     it is synced here. The first marker stands (an end is not undone).
     """
-    directory = dep_dir(spool, task_id)
+    directory = spool.dep_dir(task_id)
     if not os.path.isdir(directory):
         return False
     if marker(spool, task_id) is None:
         try:
-            fsutil.write_new(os.path.join(directory, MARK + state), b"", sync=False)
+            fsutil.write_new(marker_path(directory, state), b"", sync=False)
         except FileExistsError:
             pass
         except FileNotFoundError:

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 
 from taskq.errors import BadInput, CorruptFile, NotFound
 from taskq.spool import byid, fsutil, hints, sharing
-from taskq.spool.config import CONFIG
 from taskq.spool.keys import ForeignKey, key_owner, read_key
-from taskq.spool.layout import DOORBELL, DROP_DIRS, RANKED, SUBDIRS, Spool, stray
+from taskq.spool.layout import CONFIG, DOORBELL, DROP_DIRS, RANKED, SUBDIRS, Spool, stray
 from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket, valid_id
 from taskq.times.timespec import HOUR, SECOND
 
@@ -73,7 +72,7 @@ class Checker:
         for day in fsutil.listdir(self.spool.done):
             if stray(day):
                 continue
-            path = os.path.join(self.spool.done, day)
+            path = self.spool.done_dir(day)
             if not os.path.isdir(path) or os.path.islink(path):
                 self.quarantine(path, "not a day directory in done/")
                 continue
@@ -233,7 +232,7 @@ class Checker:
                 continue
             if not self.gone(name.id):
                 continue
-            if os.path.exists(os.path.join(self.spool.tmp, f"{name.id}.task")):
+            if os.path.exists(self.spool.tmp_body(name.id)):
                 continue  # a submission in flight: the key comes before its task
             self.remove(path, f"keys/{entry}: names task {name.id}, which is gone")
 
@@ -259,7 +258,7 @@ class Checker:
                 continue
             path = os.path.join(self.spool.root, places[0])
             hint = hints.read_hint(self.spool, task_id)
-            if hint is None and not os.path.lexists(hints.hint_path(self.spool, task_id)):
+            if hint is None and not os.path.lexists(self.spool.hint_path(task_id)):
                 if self.fix(f"task {task_id} has no hint in ids/", "written"):
                     hints.point(self.spool, task_id, path)
                 continue
@@ -281,7 +280,7 @@ class Checker:
             return
         if entry in self.seen or entry in self.moved:
             return
-        if os.path.exists(os.path.join(self.spool.tmp, f"{entry}.task")):
+        if os.path.exists(self.spool.tmp_body(entry)):
             return  # a submission in flight: the hint comes before its task
         hint = hints.read_hint(self.spool, entry)
         if hint is None:

@@ -26,15 +26,6 @@ from taskq.spool.task import ClaimName, TaskName
 from taskq.times.timespec import format_compact
 
 
-def shard(spool: Spool, task_id: str) -> str:
-    """The ids/ directory that holds this id's hint."""
-    return os.path.join(spool.ids, task_id[-2:])
-
-
-def hint_path(spool: Spool, task_id: str) -> str:
-    return os.path.join(shard(spool, task_id), task_id)
-
-
 def point(spool: Spool, task_id: str, path: str) -> None:
     """Make the id's hint name the task file at path; best effort, never synced, never fails."""
     name = name_of(path)
@@ -65,8 +56,8 @@ def point_name(spool: Spool, name: TaskName) -> None:
     symlink(); an existing one is replaced by a rename, so a reader sees
     the old target or the new one, never none.
     """
-    directory = shard(spool, name.id)
-    link = os.path.join(directory, name.id)
+    directory = spool.hint_dir(name.id)
+    link = spool.hint_path(name.id)
     target = f"{format_compact(name.run_at)}_{name.attempt}_{name.queue}"
     with contextlib.suppress(OSError, TaskqError):
         for _ in range(2):
@@ -92,7 +83,7 @@ def _replace(directory: str, task_id: str, target: str) -> None:
 def forget(spool: Spool, task_id: str) -> None:
     """Remove an id's hint (its task is gone for good); best effort."""
     with contextlib.suppress(OSError):
-        os.unlink(hint_path(spool, task_id))
+        os.unlink(spool.hint_path(task_id))
 
 
 def read_hint(spool: Spool, task_id: str) -> TaskName | None:
@@ -102,7 +93,7 @@ def read_hint(spool: Spool, task_id: str) -> TaskName | None:
     path whose last component is the task file's name.
     """
     try:
-        entry = os.path.basename(os.readlink(hint_path(spool, task_id)))
+        entry = os.path.basename(os.readlink(spool.hint_path(task_id)))
     except OSError:
         return None
     run_at, sep, rest = entry.partition("_")

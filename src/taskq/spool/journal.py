@@ -12,9 +12,8 @@ import os
 from enum import StrEnum
 from typing import Any
 
+from taskq.spool.layout import journal_path
 from taskq.times.timespec import format_iso
-
-JOURNAL = "journal"
 
 
 class Event(StrEnum):
@@ -130,14 +129,14 @@ def _write(log_dir: str, line: bytes, sync: bool) -> None:
 
 def _open(log_dir: str) -> int:
     try:
-        return os.open(_path(log_dir), _FLAGS, 0o600)
+        return os.open(journal_path(log_dir), _FLAGS, 0o600)
     except FileNotFoundError:
         from taskq.spool.fsutil import ensure_dir
 
         ensure_dir(log_dir)
-        return os.open(_path(log_dir), _FLAGS, 0o600)
+        return os.open(journal_path(log_dir), _FLAGS, 0o600)
     except PermissionError:  # may append but not read: no torn-record check
-        return os.open(_path(log_dir), _FLAGS & ~os.O_RDWR | os.O_WRONLY)
+        return os.open(journal_path(log_dir), _FLAGS & ~os.O_RDWR | os.O_WRONLY)
 
 
 def _after_torn(fd: int) -> bytes:
@@ -160,7 +159,7 @@ _FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 def read(log_dir: str) -> list[dict[str, Any]]:
     """Return every well-formed record, oldest first; [] if there is none."""
     try:
-        with open(_path(log_dir), "rb") as f:
+        with open(journal_path(log_dir), "rb") as f:
             lines = f.read().splitlines()
     except FileNotFoundError:
         return []
@@ -173,10 +172,6 @@ def read(log_dir: str) -> list[dict[str, Any]]:
         if isinstance(record, dict) and isinstance(record.get("event"), str):
             records.append(record)
     return records
-
-
-def _path(log_dir: str) -> str:
-    return f"{log_dir}/{JOURNAL}"
 
 
 def budget_start(records: list[dict[str, Any]], attempt: int) -> int:

@@ -34,12 +34,12 @@ def key_path(spool: Spool, key: str, uid: int | None = None) -> str:
     one member of a shared spool cannot answer another's key; a hash makes
     any key a safe name.
     """
-    return os.path.join(spool.keys, f"{os.geteuid() if uid is None else uid}-{_digest(key)}")
+    return spool.key_path(f"{os.geteuid() if uid is None else uid}-{_digest(key)}")
 
 
 def legacy_key_path(spool: Spool, key: str) -> str:
     """Where keys were bound before they were scoped per user; honoured if the user owns it."""
-    return os.path.join(spool.keys, _digest(key))
+    return spool.key_path(_digest(key))
 
 
 def _digest(key: str) -> str:

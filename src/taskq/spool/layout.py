@@ -1,9 +1,42 @@
-"""The spool's layout and lookups: where each state lives and finding tasks.
+"""The spool's layout: every path taskq reads or writes, and the protocol they keep.
 
-The directory is the state, the name is the index, the body is the request.
-This module owns the paths, creating the layout, locating a task by id,
-listing tasks, reading bodies and quarantining what cannot be parsed. The
-transitions between states live in transitions.py; submission in submit.py.
+    SPOOL/
+      config.toml                  the operator's, optional: limits, users, the hook
+      doorbell                     touched after each change; daemons watch it
+      priorities                   made once a task asks for a --priority: due tasks' are read
+      tmp/ID.task                  a submission being written
+      waiting/NAME                 accepted; waits for the tasks it names (--after)
+      deps/ID/NAME                 ... NAME waits for task ID,
+      deps/ID/ended.STATE          ... which has ended so
+      paused/QUEUE                 a paused queue
+      pending/YYYYMMDDHHMM/NAME    accepted; due in that UTC minute
+      claimed/NAME_PHASE_EXPIRY_PID_HOST   a daemon's, under a lease
+      done/YYYYMMDD/NAME           succeeded, by the UTC day it ended
+      failed/NAME  cancelled/NAME  ended otherwise
+      corrupt/STAMP_ORIGINAL       set aside, with STAMP_ORIGINAL.reason
+      logs/ID/journal              the task's history, JSON lines
+      logs/ID/N.out  N.status      attempt N's output, and its exit status
+      logs/ID/owner                the uid the id belongs to
+      keys/UID-HASH                an idempotency key: the NAME it bound
+      ids/XY/ID                    a hint: a symlink to RUN_AT_ATTEMPT_QUEUE
+      run/HOST_PID.lock .probe .status   a daemon's lock, clock probe, health
+      run/counts.tsv               taskq stats' cache of counts
+      schedules/NAME/schedule.json state.json journal
+
+NAME is RUN_AT_ID_ATTEMPT_QUEUE (task.py). The rules:
+
+- The directory is the state, the name is the index, the body is the request.
+- A file is written where nothing reads it (tmp/, a dot-name), fsynced, then
+  renamed into place; a file in place is never modified.
+- Every transition is one rename of an exact name (transitions.py); a source
+  that is gone (ENOENT) is a race lost to another process, never an error.
+- A task's id is in the name of one file only, so no rename clobbers a task.
+- Names beginning with '.' are never tasks (stray).
+- Directories are 0700 and files 0600; in a shared spool a new directory
+  takes its parent's group mode (fsutil.ensure_dir).
+
+This module owns those paths: the Spool's directories and methods, and
+the functions below for the files in a log directory and in run/.
 """
 
 from __future__ import annotations
@@ -48,7 +81,59 @@ SUBDIRS = (
 # what daemons picked up, and the answers for members to read.
 DROP_DIRS = ("drop", "pickup", "replies")
 DOORBELL = "doorbell"
-RANKED = "priorities"
+RANKED = "priorities"  # a due task's --priority is read once this file exists
+CONFIG = "config.toml"
+BODY_SUFFIX = ".task"  # tmp/ID.task
+MARK = "ended."  # deps/ID/ended.STATE
+JOURNAL = "journal"
+OWNER = "owner"
+SCHEDULE_FILE = "schedule.json"
+CURSOR_FILE = "state.json"
+COUNTS_CACHE = "counts.tsv"
+LOCK, PROBE, RECORD = ".lock", ".probe", ".status"  # run/HOST_PID.*
+DAEMON_FILES = (LOCK, RECORD, PROBE)
+
+
+def journal_path(log_dir: str) -> str:
+    """logs/ID/journal (or a schedule's schedules/NAME/journal)."""
+    return f"{log_dir}/{JOURNAL}"
+
+
+def owner_path(log_dir: str) -> str:
+    return f"{log_dir}/{OWNER}"
+
+
+def out_path(log_dir: str, attempt: int) -> str:
+    return f"{log_dir}/{attempt}.out"
+
+
+def status_path(log_dir: str, attempt: int) -> str:
+    return f"{log_dir}/{attempt}.status"
+
+
+def output_attempt(entry: str) -> int | None:
+    """The attempt whose output an entry of a log directory is (N.out), or None."""
+    number, _, suffix = entry.partition(".")
+    return int(number) if suffix == "out" and number.isascii() and number.isdigit() else None
+
+
+def body_id(entry: str) -> str | None:
+    """The id of a submission an entry of tmp/ holds (ID.task), or None."""
+    return entry[: -len(BODY_SUFFIX)] if entry.endswith(BODY_SUFFIX) else None
+
+
+def marker_path(dep_dir: str, state: str) -> str:
+    return f"{dep_dir}/{MARK}{state}"
+
+
+def daemon_file(run_dir: str, daemon: str, kind: str) -> str:
+    """run/HOST_PID.lock, .probe or .status (kind: LOCK, PROBE, RECORD)."""
+    return f"{run_dir}/{daemon}{kind}"
+
+
+def reason_path(quarantined: str) -> str:
+    """The .reason file beside a file set aside in corrupt/."""
+    return f"{quarantined}.reason"
 
 
 def _log_warning(message: str) -> None:
@@ -95,6 +180,7 @@ class Spool:
         # Exists once a task with a --priority was submitted: daemons then read
         # the priority of due tasks (otherwise their names say all they need).
         self.ranked = os.path.join(self.root, RANKED)
+        self.config = os.path.join(self.root, CONFIG)
 
     tmp: str
     waiting: str
@@ -139,11 +225,51 @@ class Spool:
             fsutil.fsync_dir(self.root)
             fsutil.fsync_dir(os.path.dirname(self.root))
 
+    # Paths are joined with f-strings, not os.path.join: a batch names each
+    # task's paths several times (python bench/run.py --only submit).
+
     def bucket_dir(self, bucket: str) -> str:
-        return f"{self.pending}/{bucket}"  # os.path.join's generality costs a batch
+        return f"{self.pending}/{bucket}"
+
+    def pending_path(self, name: TaskName) -> str:
+        return f"{self.pending}/{name.bucket}/{name}"
+
+    def waiting_path(self, name: TaskName) -> str:
+        return f"{self.waiting}/{name}"
+
+    def claim_path(self, claim: ClaimName) -> str:
+        return f"{self.claimed}/{claim}"
+
+    def done_dir(self, day: str) -> str:
+        return f"{self.done}/{day}"
+
+    def tmp_body(self, task_id: str) -> str:
+        """tmp/ID.task: a submission's body until it is published."""
+        return f"{self.tmp}/{task_id}{BODY_SUFFIX}"
 
     def log_dir(self, task_id: str) -> str:
         return f"{self.logs}/{_checked_id(task_id)}"
+
+    def dep_dir(self, task_id: str) -> str:
+        """deps/ID: what waits for task ID, and how it ended."""
+        return f"{self.deps}/{check_id(task_id)}"
+
+    def hint_dir(self, task_id: str) -> str:
+        """ids/XY: the id's last two characters, random, spread ids over 1,024 directories."""
+        return f"{self.ids}/{task_id[-2:]}"
+
+    def hint_path(self, task_id: str) -> str:
+        return f"{self.hint_dir(task_id)}/{task_id}"
+
+    def pause_path(self, queue: str) -> str:
+        return f"{self.paused}/{queue}"
+
+    def key_path(self, entry: str) -> str:
+        """keys/ENTRY (keys.py makes the entry: UID-HASH)."""
+        return f"{self.keys}/{entry}"
+
+    def schedule_dir(self, name: str) -> str:
+        return f"{self.schedules}/{name}"
 
     def ring(self) -> None:
         """Wake daemons watching the doorbell; best effort, never fails a caller."""
@@ -300,7 +426,7 @@ class Spool:
             # One line, whatever the name held: escape newlines and the like.
             line = f"{os.path.relpath(path, self.root)}: {reason}"
             line = line.encode("unicode_escape", "backslashreplace").decode("ascii")
-            fsutil.write_new(dest + ".reason", f"{line}\n".encode(), sync=False)
+            fsutil.write_new(reason_path(dest), f"{line}\n".encode(), sync=False)
             fsutil.fsync_dir(self.corrupt)
             return dest
         raise CorruptFile(f"cannot quarantine {path}: too many clashing names")

@@ -159,7 +159,7 @@ def jobs(spool: Spool, flt: Filter) -> Iterator[Job]:
             first = "" if flt.after is None else day_of(flt.after - _DONE_SLACK)
             for day in fsutil.listdir(spool.done):
                 if not stray(day) and day >= first:
-                    yield Job(state, os.path.join(spool.done, day), True)
+                    yield Job(state, spool.done_dir(day), True)
         elif state in PHASE_OF:
             yield Job(state, spool.claimed, False)
         else:

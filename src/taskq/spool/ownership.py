@@ -13,18 +13,15 @@ file.
 from __future__ import annotations
 
 import os
-import re
 
 from taskq.errors import CorruptFile
 from taskq.spool import fsutil
-
-OWNER = "owner"
-_OUTPUT = re.compile(r"([0-9]+)\.out")
+from taskq.spool.layout import out_path, output_attempt, owner_path
 
 
 def bind(log_dir: str, uid: int) -> int:
     """Bind an id (its log directory) to uid unless bound already; return its owner's uid."""
-    path = os.path.join(log_dir, OWNER)
+    path = owner_path(log_dir)
     if fsutil.ensure_dir(log_dir):
         if uid == os.geteuid():
             # The daemon's own task: its first attempt's output file, which the
@@ -50,12 +47,10 @@ def bind(log_dir: str, uid: int) -> int:
 
 def _first_output_owner(log_dir: str) -> int | None:
     """The owner of the earliest attempt's output, where the id ran before it was bound."""
-    attempts = sorted(
-        int(m.group(1)) for e in fsutil.listdir(log_dir) if (m := _OUTPUT.fullmatch(e))
-    )
+    attempts = sorted(n for e in fsutil.listdir(log_dir) if (n := output_attempt(e)) is not None)
     for attempt in attempts:
         try:
-            return os.lstat(os.path.join(log_dir, f"{attempt}.out")).st_uid
+            return os.lstat(out_path(log_dir, attempt)).st_uid
         except FileNotFoundError:
             continue
     return None

@@ -53,7 +53,7 @@ def pause(spool: Spool, queues: list[str], until: int | None, now: int) -> list[
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         fsutil.write_new(tmp, (json.dumps(doc) + "\n").encode())
-        os.replace(tmp, os.path.join(spool.paused, held.queue))  # replacing is the point
+        os.replace(tmp, spool.pause_path(held.queue))  # replacing is the point
         done.append(held)
     fsutil.fsync_dir(spool.paused)
     spool.ring()
@@ -63,11 +63,11 @@ def pause(spool: Spool, queues: list[str], until: int | None, now: int) -> list[
 def resume(spool: Spool, queues: list[str]) -> None:
     """Resume paused queues, all before the doorbell rings; Conflict if one is not paused."""
     for queue in queues:
-        if not os.path.exists(os.path.join(spool.paused, check_queue(queue))):
+        if not os.path.exists(spool.pause_path(check_queue(queue))):
             raise Conflict(f"queue {queue} is not paused")
     for queue in queues:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(spool.paused, queue))
+            os.unlink(spool.pause_path(queue))
     fsutil.fsync_dir(spool.paused)
     spool.ring()
 

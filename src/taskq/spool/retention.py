@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from taskq.spool import fsutil, hints
 from taskq.spool.keys import bound_key, key_owner, rightful
-from taskq.spool.layout import Spool
+from taskq.spool.layout import Spool, body_id
 from taskq.spool.task import TaskName
 from taskq.times.timespec import DAY, parse_compact
 
@@ -47,7 +47,7 @@ def collect(spool: Spool, now: int, older_than: int, dry_run: bool = False) -> R
         if end is None or end > now - older_than:
             continue
         report.days += 1
-        directory = os.path.join(spool.done, day)
+        directory = spool.done_dir(day)
         tasks = [(os.path.join(directory, e), e) for e in fsutil.listdir(directory)]
         # Keys go first, and durably: a key must never name a task that is
         # gone (a later submit would be told that id), while a task that
@@ -119,8 +119,9 @@ def clean_tmp(spool: Spool, now: int, max_age: int) -> list[str]:
         try:
             if os.lstat(path).st_mtime > cutoff:
                 continue
-            if entry.endswith(".task"):
-                _forget_key(spool, path, entry[: -len(".task")])
+            task_id = body_id(entry)
+            if task_id is not None:
+                _forget_key(spool, path, task_id)
             os.unlink(path)
         except (OSError, ValueError):
             continue

@@ -18,19 +18,15 @@ from typing import Any
 
 from taskq.errors import TaskqError
 from taskq.spool import fsutil
+from taskq.spool.layout import DAEMON_FILES, LOCK, RECORD, daemon_file
 from taskq.times.timespec import SECOND
 from taskq.times.when import parse_when
-
-SUFFIX = ".status"
-FILES = (".lock", ".status", ".probe")
 
 
 def owner_alive(run_dir: str, owner: str) -> bool:
     """Tell whether a daemon of this host holds its lock (is alive)."""
     try:
-        fd = os.open(
-            os.path.join(run_dir, owner + ".lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-        )
+        fd = os.open(daemon_file(run_dir, owner, LOCK), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
     try:
@@ -62,14 +58,14 @@ def record_alive(run_dir: str, record: dict[str, Any], local_host: str, now: int
 
 def forget(run_dir: str, owner: str) -> None:
     """Remove a dead daemon's files from run/."""
-    for suffix in FILES:
+    for kind in DAEMON_FILES:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(run_dir, owner + suffix))
+            os.unlink(daemon_file(run_dir, owner, kind))
 
 
 def write(run_dir: str, owner: str, record: dict[str, Any]) -> None:
     """Replace a daemon's record atomically; failures are the caller's to log."""
-    path = os.path.join(run_dir, owner + SUFFIX)
+    path = daemon_file(run_dir, owner, RECORD)
     tmp = os.path.join(run_dir, f".{owner}.status.tmp")
     data = (json.dumps(record) + "\n").encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -83,14 +79,14 @@ def write(run_dir: str, owner: str, record: dict[str, Any]) -> None:
 def remove(run_dir: str, owner: str) -> None:
     """Remove a daemon's record, if it is there."""
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(run_dir, owner + SUFFIX))
+        os.unlink(daemon_file(run_dir, owner, RECORD))
 
 
 def read_all(run_dir: str) -> list[dict[str, Any]]:
     """Every daemon's last record, by owner name; unreadable ones are skipped."""
     records = []
     for entry in fsutil.listdir(run_dir):
-        if not entry.endswith(SUFFIX) or entry.startswith("."):
+        if not entry.endswith(RECORD) or entry.startswith("."):
             continue
         try:
             with open(os.path.join(run_dir, entry)) as f:

@@ -19,8 +19,7 @@ from collections.abc import Iterator
 
 from taskq.errors import BadInput, NoPermission
 from taskq.spool import fsutil
-from taskq.spool.config import CONFIG
-from taskq.spool.layout import DOORBELL, DROP_DIRS, SUBDIRS, Spool
+from taskq.spool.layout import CONFIG, DOORBELL, DROP_DIRS, SUBDIRS, Spool
 
 READ = 0o2750  # members read and search; setgid: what is made in it gets the group
 MODES = {

@@ -85,10 +85,6 @@ def _move_from(
     raise OSError(f"directory {dest_dir} keeps vanishing")
 
 
-def claim_path(spool: Spool, claim: ClaimName) -> str:
-    return f"{spool.claimed}/{claim}"  # named several times an attempt: no os.path.join
-
-
 def claim(
     spool: Spool,
     pending_path: str,
@@ -104,7 +100,7 @@ def claim(
     bucket = fsutil.open_dir(os.path.dirname(pending_path))
     try:
         fsutil.rename_cas(
-            os.path.basename(pending_path), claim_path(spool, new), True, src_dir_fd=bucket
+            os.path.basename(pending_path), spool.claim_path(new), True, src_dir_fd=bucket
         )
     finally:
         os.close(bucket)
@@ -139,7 +135,7 @@ def request_cancel(spool: Spool, held: ClaimName, touched: Touched | None = None
 def _rename_claim(
     spool: Spool, old: ClaimName, new: ClaimName, touched: Touched | None, unique: bool = True
 ) -> ClaimName:
-    fsutil.rename_cas(claim_path(spool, old), claim_path(spool, new), unique=unique)
+    fsutil.rename_cas(spool.claim_path(old), spool.claim_path(new), unique=unique)
     if touched is not None:
         touched.add(spool.claimed)
     return new
@@ -147,7 +143,7 @@ def _rename_claim(
 
 def release(spool: Spool, held: ClaimName, touched: Touched | None = None) -> TaskName:
     """claimed (not started) -> pending, unchanged: nothing ran."""
-    return _to_pending(spool, claim_path(spool, held), held.task, touched)
+    return _to_pending(spool, spool.claim_path(held), held.task, touched)
 
 
 def retry_later(
@@ -155,7 +151,7 @@ def retry_later(
 ) -> TaskName:
     """started -> pending at a later run_at, as the next attempt (the daemon's retry)."""
     name = held.task.with_(run_at=run_at, attempt=held.task.attempt + 1)
-    return _to_pending(spool, claim_path(spool, held), name, touched)
+    return _to_pending(spool, spool.claim_path(held), name, touched)
 
 
 def reschedule(
@@ -193,13 +189,13 @@ def finish(
 ) -> str:
     """A claim -> done/YYYYMMDD/, failed/ or cancelled/ (an end state)."""
     dirs = {
-        State.DONE: os.path.join(spool.done, day_of(now)),
+        State.DONE: spool.done_dir(day_of(now)),
         State.FAILED: spool.failed,
         State.CANCELLED: spool.cancelled,
     }
     if state not in dirs:
         raise ValueError(f"finish into {state!r}")
-    return _move(claim_path(spool, held), dirs[state], str(held.task), touched)
+    return _move(spool.claim_path(held), dirs[state], str(held.task), touched)
 
 
 def cancel(spool: Spool, found: Located, touched: Touched | None = None) -> str:

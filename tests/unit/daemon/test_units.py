@@ -11,7 +11,7 @@ import pytest
 
 from taskq.daemon import runner
 from taskq.daemon.dueindex import DueIndex
-from taskq.spool import attemptfiles, journal
+from taskq.spool import attemptfiles, journal, layout
 from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, TaskName, bucket_of, new_id
@@ -99,7 +99,7 @@ def test_runner_records_status_and_output_past_the_daemon(tmp_path: Path) -> Non
     assert os.waitstatus_to_exitcode(status) == 3
     assert attemptfiles.read_supervisor(log_dir, 1) == (True, 3)
     assert not attemptfiles.supervisor_alive(log_dir, 1)
-    assert Path(attemptfiles.out_path(log_dir, 1)).read_text() == "out\nerr\n"
+    assert Path(layout.out_path(log_dir, 1)).read_text() == "out\nerr\n"
 
 
 def test_runner_watches_a_live_process_by_pidfd(tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_runner_never_reuses_an_attempt_that_ran(tmp_path: Path) -> None:
     again = TaskBody(body.id, ["echo", "second"], 0, 0)
     with pytest.raises(runner.AttemptUsed):
         runner.spawn(again, name, log_dir, {"PATH": "/usr/bin:/bin"})
-    assert Path(attemptfiles.out_path(log_dir, 1)).read_text() == "first\n"
+    assert Path(layout.out_path(log_dir, 1)).read_text() == "first\n"
     assert attemptfiles.read_supervisor(log_dir, 1) == (True, 0)
 
 
