@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from conftest import TASKQ, Taskq, read_stamps, wait_for
 
-from taskq.spool import journal
+from taskq.spool import journal, walk
 from taskq.spool.layout import Spool
 from taskq.spool.states import State
 
@@ -117,7 +117,9 @@ def cycle(hosts: list[Host], tq: Taskq, stamps: Path, rng: random.Random) -> dic
 def tally(root: Path, stamps: Path, kinds: dict[str, str]) -> dict[str, object]:
     """Count from the spool itself (bodies and journals), as an operator could with cat."""
     spool = Spool(str(root))
-    run_at = {f.name.id: spool.read_body(f.path).run_at / 1e6 for f in spool.iter_state(State.DONE)}
+    run_at = {
+        f.name.id: spool.read_body(f.path).run_at / 1e6 for f in walk.tasks(spool, (State.DONE,))
+    }
     rows = read_stamps(stamps)
     by_attempt = collections.Counter((t, a) for t, a, _ in rows)
     runs = collections.Counter(t for t, _, _ in rows)

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from taskq.errors import TempFail
 from taskq.spool import listing
 from taskq.spool.layout import Spool
-from taskq.spool.listing import Filter, Job, Row
+from taskq.spool.listing import Filter, Row
+from taskq.spool.walk import Place
 
 WORKERS = min(4, len(os.sched_getaffinity(0)))
 HEAD = 16  # directories listed in this process before any worker starts
@@ -149,13 +150,13 @@ def write_jobs(spool: Spool, flt: Filter, lines: Lines, write: Callable[[str], N
     out.flush()
 
 
-def _peek(todo: Iterator[Job]) -> Iterator[Job] | None:
+def _peek(todo: Iterator[Place]) -> Iterator[Place] | None:
     """The remaining jobs, or None if there are none (no worker starts for nothing)."""
     first = next(todo, None)
     return None if first is None else itertools.chain([first], todo)
 
 
-def _in_workers(root: str, todo: Iterable[Job], flt: Filter, lines: Lines) -> Iterator[str]:
+def _in_workers(root: str, todo: Iterable[Place], flt: Filter, lines: Lines) -> Iterator[str]:
     """The jobs' lines, rendered by worker processes, CHUNK directories at a time, in order."""
     context = multiprocessing.get_context("fork")  # no threads yet; the workers need no imports
     with concurrent.futures.ProcessPoolExecutor(WORKERS, context, initializer=_worker) as pool:
@@ -174,7 +175,7 @@ def _in_workers(root: str, todo: Iterable[Job], flt: Filter, lines: Lines) -> It
                 future.cancel()
 
 
-def _chunks(todo: Iterable[Job], n: int) -> Iterator[tuple[Job, ...]]:
+def _chunks(todo: Iterable[Place], n: int) -> Iterator[tuple[Place, ...]]:
     it = iter(todo)
     while chunk := tuple(itertools.islice(it, n)):
         yield chunk
@@ -185,14 +186,14 @@ def _worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _render_in_worker(root: str, chunk: tuple[Job, ...], flt: Filter, lines: Lines) -> str:
+def _render_in_worker(root: str, chunk: tuple[Place, ...], flt: Filter, lines: Lines) -> str:
     """A chunk's lines as one text (one string crosses the pipe far faster than many)."""
     spool = Spool(root)
     spool.warn = _warn
     return "".join(line + "\n" for job in chunk for line in _render(spool, job, flt, lines))
 
 
-def _render(spool: Spool, job: Job, flt: Filter, lines: Lines) -> list[str]:
+def _render(spool: Spool, job: Place, flt: Filter, lines: Lines) -> list[str]:
     line = _formatter(lines)
     return [line(row) for row in listing.job_rows(spool, job, flt)]
 

@@ -10,11 +10,12 @@ lateness percentiles read the journals of the most recently finished tasks.
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any
 
 from taskq.observe import dircounts
 from taskq.observe.dircounts import DirCounts, queue_of, task_names
-from taskq.spool import fsutil, journal, pause
+from taskq.spool import fsutil, journal, pause, walk
 from taskq.spool import rundir as status
 from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
@@ -42,11 +43,10 @@ def counted(spool: Spool, now: int) -> dict[str, Any]:
     oldest: dict[str, int] = {}
     cache = DirCounts(spool.root, spool.run)
     _count_pending(spool, now, cache, counts[State.PENDING], overdue, oldest)
-    for state in PHASE_OF:
-        for found in spool.iter_state(state):
-            counts[state][found.name.queue] += 1
-    for day in fsutil.listdir(spool.done):
-        counts[State.DONE].update(cache.count(State.DONE, day))
+    for found in walk.tasks(spool, PHASE_OF):
+        counts[found.state][found.name.queue] += 1
+    for place in walk.places(spool, (State.DONE,)):
+        counts[State.DONE].update(cache.count(State.DONE, os.path.basename(place.directory)))
     counts[State.FAILED].update(cache.count(State.FAILED, ""))
     counts[State.CANCELLED].update(cache.count(State.CANCELLED, ""))
     cache.save()
@@ -91,11 +91,12 @@ def _count_pending(
     """
     current, now_compact = bucket_of(now), format_compact(now)
     future: collections.Counter[str] = collections.Counter()  # count texts: most buckets share one
-    for bucket in spool.buckets():
+    for place in walk.places(spool, (State.PENDING,)):
+        bucket = os.path.basename(place.directory)
         if bucket > current:
             future[cache.count_text(State.PENDING, bucket)] += 1
             continue
-        for entry in sorted(task_names(spool.bucket_dir(bucket))):
+        for entry in sorted(task_names(place.directory)):
             queue = queue_of(entry)
             into[queue] += 1
             if entry[:23] <= now_compact:
@@ -108,8 +109,8 @@ def _count_pending(
 def recent_lateness(spool: Spool, recent: int = RECENT) -> list[float]:
     """The recorded lateness (s) of the attempts of the most recently finished tasks, sorted."""
     ids: list[str] = []
-    for day in reversed(fsutil.listdir(spool.done)):
-        for entry in reversed(fsutil.listdir(spool.done_dir(day))):
+    for place in reversed(list(walk.places(spool, (State.DONE,)))):
+        for entry in reversed(fsutil.listdir(place.directory)):
             try:
                 ids.append(TaskName.parse(entry).id)
             except ValueError:

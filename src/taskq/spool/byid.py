@@ -16,10 +16,12 @@ A stale or missing hint cannot make a lookup wrong, only slower.
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterator
 
 from taskq.errors import NotFound, TaskqError
-from taskq.spool import fsutil, journal
+from taskq.spool import journal, walk
 from taskq.spool.hints import point, read_hint
 from taskq.spool.journal import Event
 from taskq.spool.layout import Located, Spool
@@ -63,17 +65,17 @@ def probe(spool: Spool, task_id: str, names: list[TaskName]) -> Located | None:
     found = claimed(spool, task_id)
     if found is not None:
         return found
-    for directory, state in ((spool.failed, State.FAILED), (spool.cancelled, State.CANCELLED)):
+    ended = (State.FAILED, State.CANCELLED)
+    for place in itertools.chain(walk.places(spool, ended), _days_newest_first(spool)):
         for name in names:
-            path = os.path.join(directory, str(name))
+            path = f"{place.directory}/{name}"
             if os.path.lexists(path):
-                return Located(state, path, name)
-    for day in reversed(fsutil.listdir(spool.done)):
-        for name in names:
-            path = f"{spool.done_dir(day)}/{name}"
-            if os.path.lexists(path):
-                return Located(State.DONE, path, name)
+                return Located(place.state, path, name)
     return None
+
+
+def _days_newest_first(spool: Spool) -> Iterator[walk.Place]:
+    yield from reversed(list(walk.places(spool, (State.DONE,))))
 
 
 def claimed(spool: Spool, task_id: str) -> Located | None:
@@ -120,7 +122,7 @@ def locate_all(spool: Spool, ids: list[str]) -> dict[str, Located]:
             found[task_id] = hit
     missing = {check_id(i) for i in ids} - found.keys()
     if missing:
-        for task_id, hit in spool.scan(missing).items():
+        for task_id, hit in walk.find(spool, missing).items():
             point(spool, task_id, hit.path)
             found[task_id] = hit
     return found

@@ -20,11 +20,15 @@ import stat
 from dataclasses import dataclass, field
 
 from taskq.errors import BadInput, CorruptFile, NotFound
-from taskq.spool import byid, fsutil, hints, sharing
+from taskq.spool import byid, fsutil, hints, sharing, walk
 from taskq.spool.keys import ForeignKey, key_owner, read_key
 from taskq.spool.layout import CONFIG, DOORBELL, DROP_DIRS, RANKED, SUBDIRS, Spool, stray
-from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_bucket, valid_id
+from taskq.spool.states import State
+from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_id
 from taskq.times.timespec import HOUR, SECOND
+
+# Every directory that holds tasks, claimed/ once for its three phases.
+CHECKED = (State.PENDING, State.CLAIMED, State.DONE, State.WAITING, State.FAILED, State.CANCELLED)
 
 
 @dataclass
@@ -60,26 +64,8 @@ class Checker:
 
     def run(self) -> Report:
         self.layout()
-        for bucket in fsutil.listdir(self.spool.pending):
-            if stray(bucket):
-                continue
-            path = self.spool.bucket_dir(bucket)
-            if not valid_bucket(bucket) or not os.path.isdir(path) or os.path.islink(path):
-                self.quarantine(path, "not a bucket in pending/")
-                continue
-            self.tasks(path, claimed=False)
-        self.tasks(self.spool.claimed, claimed=True)
-        for day in fsutil.listdir(self.spool.done):
-            if stray(day):
-                continue
-            path = self.spool.done_dir(day)
-            if not os.path.isdir(path) or os.path.islink(path):
-                self.quarantine(path, "not a day directory in done/")
-                continue
-            self.tasks(path, claimed=False)
-        self.tasks(self.spool.waiting, claimed=False)
-        self.tasks(self.spool.failed, claimed=False)
-        self.tasks(self.spool.cancelled, claimed=False)
+        for place in walk.places(self.spool, CHECKED, bad=self.quarantine):
+            self.tasks(place.directory, claimed=place.state == State.CLAIMED)
         self.duplicates()
         self.stale_tmp()
         self.hints()  # first: the lookups of keys() and orphaned_logs() use them

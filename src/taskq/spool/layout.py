@@ -46,14 +46,14 @@ import errno
 import functools
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import NamedTuple
 
 from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.faults import crash_point
-from taskq.spool.states import PHASE_OF, STATES, State
-from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, check_id, valid_bucket
+from taskq.spool.states import State
+from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, check_id
 from taskq.times.timespec import format_compact
 
 # An attempt names its log directory a few times; its id is checked once.
@@ -309,10 +309,6 @@ class Spool:
 
     # -- lookup ---------------------------------------------------------
 
-    def buckets(self) -> list[str]:
-        """The pending buckets, oldest first (other names are ignored here)."""
-        return [b for b in fsutil.listdir(self.pending) if valid_bucket(b)]
-
     def readable_entries(self, directory: str) -> list[str]:
         """List a bucket or a done/ day; one that cannot be read is skipped, with a warning.
 
@@ -330,61 +326,6 @@ class Spool:
                 self._warned.add(directory)
                 self.warn(f"skipped {os.path.relpath(directory, self.root)}: {e.strerror}")
             return []
-
-    def iter_state(self, state: State) -> Iterator[Located]:
-        """Yield the tasks in one state; names that do not parse are skipped."""
-        if state == State.PENDING:
-            for bucket in self.buckets():
-                yield from self._iter_flat(state, self.bucket_dir(bucket), skip=True)
-        elif state in PHASE_OF:
-            yield from self._iter_claimed(state)
-        elif state == State.DONE:
-            for day in fsutil.listdir(self.done):
-                yield from self._iter_flat(state, os.path.join(self.done, day), skip=True)
-        else:
-            yield from self._iter_flat(state, getattr(self, state))
-
-    def _iter_flat(self, state: State, directory: str, skip: bool = False) -> Iterator[Located]:
-        for entry in self.readable_entries(directory) if skip else fsutil.listdir(directory):
-            if stray(entry):
-                continue
-            try:
-                name = TaskName.parse(entry)
-            except ValueError:
-                continue
-            yield Located(state, os.path.join(directory, entry), name)
-
-    def _iter_claimed(self, state: State) -> Iterator[Located]:
-        phase = PHASE_OF[state]
-        for entry in fsutil.listdir(self.claimed):
-            try:
-                claim = ClaimName.parse(entry)
-            except ValueError:
-                continue
-            if claim.phase == phase:
-                yield Located(state, os.path.join(self.claimed, entry), claim.task, claim)
-
-    def iter_all(self) -> Iterator[Located]:
-        """Yield every task in every state."""
-        for state in STATES:
-            yield from self.iter_state(state)
-
-    def scan(self, ids: set[str]) -> dict[str, Located]:
-        """Find tasks by listing every state; those that are nowhere are left out.
-
-        A task may move while we look; searching the states in the order
-        tasks move through them, then once more, finds it unless it is
-        moving back and forth faster than we list.
-        """
-        found: dict[str, Located] = {}
-        for _ in range(2):
-            for state in STATES:
-                for located in self.iter_state(state):
-                    if located.name.id in ids and located.name.id not in found:
-                        found[located.name.id] = located
-                        if len(found) == len(ids):
-                            return found
-        return found
 
     # -- quarantine -----------------------------------------------------
 

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from taskq.errors import NotFound
-from taskq.spool import byid, fsutil
+from taskq.spool import byid, fsutil, walk
 from taskq.spool.keys import key_path, read_key
-from taskq.spool.layout import Spool, stray
+from taskq.spool.layout import Spool
 from taskq.spool.states import PHASE_OF, STATES, State
-from taskq.spool.task import CLAIM_NAME, MAX_BODY, TASK_NAME, bucket_of, day_of, valid_bucket
+from taskq.spool.task import CLAIM_NAME, MAX_BODY, TASK_NAME, bucket_of, day_of
+from taskq.spool.walk import Place
 from taskq.times.timespec import HOUR, format_compact
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -124,14 +125,6 @@ def _rest(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-class Job(NamedTuple):
-    """One directory to list (a bucket, a done/ day, a state's directory) in one state."""
-
-    state: State
-    directory: str
-    member_made: bool  # a bucket or done/ day: unreadable means skipped, not an error
-
-
 def rows(spool: Spool, flt: Filter) -> Iterator[Row]:
     """Yield the tasks the filter selects, by state then run_at, stopping at the limit."""
     left = flt.limit
@@ -146,35 +139,23 @@ def rows(spool: Spool, flt: Filter) -> Iterator[Row]:
                     return
 
 
-def jobs(spool: Spool, flt: Filter) -> Iterator[Job]:
+def jobs(spool: Spool, flt: Filter) -> Iterator[Place]:
     """The directories to list, in listing order: only those the filter's window can need."""
-    for state in flt.states:
-        if state == State.PENDING:
-            first = "" if flt.after is None else bucket_of(flt.after)
-            last = "~" if flt.before is None else bucket_of(flt.before)
-            for bucket in fsutil.listdir(spool.pending):
-                if valid_bucket(bucket) and first <= bucket <= last:
-                    yield Job(state, spool.bucket_dir(bucket), True)
-        elif state == State.DONE:
-            first = "" if flt.after is None else day_of(flt.after - _DONE_SLACK)
-            for day in fsutil.listdir(spool.done):
-                if not stray(day) and day >= first:
-                    yield Job(state, spool.done_dir(day), True)
-        elif state in PHASE_OF:
-            yield Job(state, spool.claimed, False)
-        else:
-            yield Job(state, getattr(spool, state), False)
+    window = walk.Window(
+        first_bucket="" if flt.after is None else bucket_of(flt.after),
+        last_bucket="~" if flt.before is None else bucket_of(flt.before),
+        first_day="" if flt.after is None else day_of(flt.after - _DONE_SLACK),
+    )
+    return walk.places(spool, flt.states, window)
 
 
-def job_rows(spool: Spool, job: Job, flt: Filter) -> Iterator[Row]:
+def job_rows(spool: Spool, job: Place, flt: Filter) -> Iterator[Row]:
     """The rows of one directory, by run_at."""
     low, high = flt.window()
     if job.state in PHASE_OF:
         yield from _claimed_rows(spool, job.state, flt, low, high)
     else:
-        yield from _dir_rows(
-            job.directory, job.state, flt, low, high, spool if job.member_made else None
-        )
+        yield from _dir_rows(job.directory, job.state, flt, low, high, spool if job.dated else None)
 
 
 def _dir_rows(

@@ -20,7 +20,7 @@ from taskq.daemon.policy import Backoff
 from taskq.daemon.recovery import Recovery
 from taskq.daemon.settle import Settler
 from taskq.daemon.wakeups import Wakeups
-from taskq.spool import journal, transitions
+from taskq.spool import journal, transitions, walk
 from taskq.spool import runas as security
 from taskq.spool.layout import Spool
 from taskq.spool.states import Phase, State
@@ -161,7 +161,7 @@ def settle_one(parts: Parts, code: int | None, attempt_budget: int = 3) -> Claim
 def test_settle_success_retry_and_lost(parts: Parts) -> None:
     held = settle_one(parts, 0)
     assert os.listdir(parts.spool.claimed) == []
-    assert len(list(parts.spool.iter_state(State.DONE))) == 1
+    assert len(list(walk.tasks(parts.spool, (State.DONE,)))) == 1
     held = settle_one(parts, 3)
     [retry] = parts.requeued
     assert retry.attempt == 2 and retry.id == held.task.id
@@ -177,7 +177,7 @@ def test_a_cancel_that_races_the_end_of_an_attempt_wins(parts: Parts) -> None:
     transitions.request_cancel(parts.spool, ready.claim)  # `taskq cancel`, meanwhile
     run = Running(ready.claim, ready.body, None, parts.clock.mono())
     parts.settler.ended(run, 0, parts.clock.now(), 0.1)
-    assert [f.state for f in parts.spool.iter_all()] == ["cancelled"]
+    assert [f.state for f in walk.tasks(parts.spool)] == ["cancelled"]
     events = [r["event"] for r in journal.read(parts.spool.log_dir(ready.body.id))]
     assert events[-2:] == ["end", "cancelled"]
 
@@ -199,7 +199,7 @@ def test_recovery_takes_over_only_expired_leases_by_the_reference_clock(
     b.t.tick(2 * SECOND)
     b.recovery.scan(b.clock.now(), b.clock.mono(), True, set())
     assert b.claims() == []  # taken over; its attempt never spawned, so released
-    [found] = list(b.spool.iter_state(State.PENDING))
+    [found] = list(walk.tasks(b.spool, (State.PENDING,)))
     events = [r["event"] for r in journal.read(b.spool.log_dir(found.name.id))]
     assert events[-2:] == ["taken-over", "released"]
 

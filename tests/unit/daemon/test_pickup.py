@@ -19,7 +19,7 @@ from taskq.daemon.crew import Crew
 from taskq.daemon.pickup import Pickup
 from taskq.daemon.policy import Backoff
 from taskq.daemon.settle import Settler
-from taskq.spool import drop
+from taskq.spool import drop, walk
 from taskq.spool import runas as security
 from taskq.spool.drop import Claimed, DropName, Request
 from taskq.spool.layout import DROP_DIRS, Spool
@@ -139,10 +139,10 @@ def test_a_bad_body_or_a_foreign_id_is_refused_and_answered(bed: Bed) -> None:
 def test_a_request_for_no_task_costs_no_search(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """A request names a task by id: one hint to read, never a listing of the whole spool."""
 
-    def no_scan(task_id: str) -> None:
+    def no_search(spool: Spool, ids: set[str]) -> None:
         raise AssertionError("the spool was searched")
 
-    monkeypatch.setattr(bed.spool, "scan", no_scan)
+    monkeypatch.setattr(walk, "find", no_search)
     asked = new_id(bed.wall)
     bed.put(f"{asked}.cancel", Request("cancel", new_id(bed.wall)).encode())
     bed.pickup.run(bed.wall)

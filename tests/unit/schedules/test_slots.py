@@ -18,6 +18,7 @@ from taskq.errors import BadInput
 from taskq.schedules import materialise
 from taskq.schedules.slots import Spec, check_cron, check_zone
 from taskq.schedules.store import Schedule, Store
+from taskq.spool import walk
 from taskq.spool.keys import key_path, read_key
 from taskq.spool.layout import Spool
 from taskq.spool.states import State
@@ -445,7 +446,7 @@ def test_a_clock_walked_through_dst_makes_each_slot_once_and_one_ahead(
         assert due is not None and due > now - SECOND
         now = max(due, now + 1)
     assert _made(spool, "walk", expected) == expected
-    pending = [found.name.run_at for found in spool.iter_state(State.PENDING)]
+    pending = [found.name.run_at for found in walk.tasks(spool, (State.PENDING,))]
     assert pending == expected  # one task per slot, at its slot
 
 
@@ -496,7 +497,7 @@ def test_jitter_delays_the_run_never_the_slot(tmp_path: Path) -> None:
     store.create(sched, False)
     for slot in spec.upcoming(now, 20):
         materialise.advance(materialise.Pass(store, slot, frozenset()), sched)
-    for found in spool.iter_state(State.PENDING):
+    for found in walk.tasks(spool, (State.PENDING,)):
         body = spool.read_body(found.path)
         nominal = parse_when(body.env["TASKQ_SCHEDULED_AT"], 0)
         assert nominal <= found.name.run_at < nominal + 30 * SECOND

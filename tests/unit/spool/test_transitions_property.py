@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from taskq.client.submit import submit
-from taskq.spool import byid, transitions
+from taskq.spool import byid, transitions, walk
 from taskq.spool.layout import Located, Spool
 from taskq.spool.states import END_STATES, State
 from taskq.spool.task import ClaimName, TaskBody, new_id
@@ -153,7 +153,7 @@ class TwoActors(RuleBasedStateMachine):
 
     @invariant()
     def exactly_one_file(self) -> None:
-        found = [f for f in self.spool.iter_all() if f.name.id == self.id]
+        found = [f for f in walk.tasks(self.spool) if f.name.id == self.id]
         assert len(found) == 1, found
 
     @invariant()
