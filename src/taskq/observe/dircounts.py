@@ -110,13 +110,9 @@ class DirCounts:
         self._fds.clear()
         if self.new == self.old:
             return
-        staging = f"{self.path}.{os.getpid()}.tmp"
         text = "".join(f"{rel}\t{rest}\n" for rel, rest in self.new.items())
         with contextlib.suppress(OSError):
-            fsutil.write_new(staging, text.encode(), sync=False)
-            os.replace(staging, self.path)
-        with contextlib.suppress(OSError):
-            os.unlink(staging)
+            fsutil.replace_file(self.path, text.encode(), sync=False)
 
 
 def sum_texts(texts: collections.Counter[str], into: collections.Counter[str]) -> None:

@@ -24,7 +24,6 @@ import logging
 import os
 import socket
 import socketserver
-import tempfile
 import threading
 import time
 from collections.abc import Callable

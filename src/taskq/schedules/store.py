@@ -507,8 +507,6 @@ class Store:
 
 
 def _replace_file(path: str, data: bytes) -> None:
-    """Write a whole file by write-fsync-rename over the old one."""
-    tmp = f"{path}.{os.urandom(6).hex()}.tmp"  # unique across hosts sharing the spool
-    fsutil.write_new(tmp, data)
-    os.rename(tmp, path)
+    """Write a whole file by write-fsync-rename over the old one, durably."""
+    fsutil.replace_file(path, data)
     fsutil.fsync_dir(os.path.dirname(path))

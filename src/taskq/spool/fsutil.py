@@ -178,9 +178,11 @@ def write_new(
     sync: bool = True,
     owner: int | None = None,
     group: int | None = None,
+    exact_mode: bool = False,
 ) -> None:
     """Create path exclusively, write data and (by default) fsync it.
 
+    Its mode is `mode` less the umask, or exactly `mode` with exact_mode.
     An owner or group given is set on the new file's descriptor before it
     holds anything (a root daemon's file for one member to read).
     """
@@ -189,6 +191,8 @@ def write_new(
         if owner is not None or group is not None:
             os.fchown(fd, -1 if owner is None else owner, -1 if group is None else group)
             os.fchmod(fd, mode)  # (chown drops setgid and the like; mode is what was asked)
+        elif exact_mode:
+            os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -200,6 +204,40 @@ def write_new(
             os.unlink(path)
         raise
     os.close(fd)
+
+
+def replace_file(
+    path: str,
+    data: bytes,
+    *,
+    sync: bool = True,
+    staging: str | None = None,
+    mode: int = 0o600,
+    umask: bool = False,
+) -> None:
+    """Replace path whole with data: write it under a staging name, then rename it over path.
+
+    A reader sees the old file or the new one, never part of either. The
+    staging name is unique beside path (a dot-name with the pid and random
+    bits: hosts may share the directory) unless `staging` names one, which
+    a killed predecessor may have left behind. With sync the data is
+    fsynced before the rename; the directory is the caller's to sync, once
+    for all it replaced. The file gets exactly `mode`, or `mode` less the
+    umask with umask=True.
+    """
+    if staging is None:
+        base = os.path.basename(path)
+        staging = f"{os.path.dirname(path) or '.'}/.{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staging)
+    write_new(staging, data, mode, sync, exact_mode=not umask)
+    try:
+        os.replace(staging, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(staging)
+        raise
 
 
 def read_spool_file(path: str, limit: int) -> bytes:

@@ -49,11 +49,9 @@ def pause(spool: Spool, queues: list[str], until: int | None, now: int) -> list[
     for queue in queues:
         held = Pause(check_queue(queue), until, now)
         doc = {**held.to_doc(), "by_uid": os.getuid()}
-        tmp = os.path.join(spool.tmp, f".pause-{held.queue}-{os.getpid()}")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        fsutil.write_new(tmp, (json.dumps(doc) + "\n").encode())
-        os.replace(tmp, spool.pause_path(held.queue))  # replacing is the point
+        staging = os.path.join(spool.tmp, f".pause-{held.queue}-{os.getpid()}")
+        data = (json.dumps(doc) + "\n").encode()
+        fsutil.replace_file(spool.pause_path(held.queue), data, staging=staging)
         done.append(held)
     fsutil.fsync_dir(spool.paused)
     spool.ring()

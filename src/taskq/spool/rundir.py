@@ -65,15 +65,9 @@ def forget(run_dir: str, owner: str) -> None:
 
 def write(run_dir: str, owner: str, record: dict[str, Any]) -> None:
     """Replace a daemon's record atomically; failures are the caller's to log."""
-    path = daemon_file(run_dir, owner, RECORD)
-    tmp = os.path.join(run_dir, f".{owner}.status.tmp")
     data = (json.dumps(record) + "\n").encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    staging = os.path.join(run_dir, f".{owner}.status.tmp")
+    fsutil.replace_file(daemon_file(run_dir, owner, RECORD), data, sync=False, staging=staging)
 
 
 def remove(run_dir: str, owner: str) -> None:
