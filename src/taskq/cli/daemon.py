@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -27,7 +28,7 @@ from taskq.daemon import logsetup
 from taskq.daemon.detach import PidFile, detach
 from taskq.daemon.loadgate import DEFAULT_LIMITS
 from taskq.daemon.loop import Daemon
-from taskq.daemon.settings import Settings
+from taskq.daemon.settings import DURATIONS, KEEP_DONE, WORKERS, Settings
 from taskq.errors import BadInput, TaskqError
 from taskq.spool import fsutil
 from taskq.spool.defaults import default_host_id
@@ -35,58 +36,38 @@ from taskq.spool.layout import Spool
 from taskq.spool.task import check_token
 from taskq.times.timespec import parse_duration
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _duration(name: str) -> Callable[[F], F]:
+    """The click option of a duration setting, made from its one source (settings.DURATIONS)."""
+    knob = DURATIONS[name]
+    return click.option(
+        "--" + name.replace("_", "-"),
+        default=knob.default,
+        show_default=True,
+        metavar="DURATION",
+        type=POSITIVE_DURATION if knob.least > 0 and not knob.off else DURATION,
+        help=knob.help,
+    )
+
 
 @click.command(cls=PlainHelp, name="daemon")
 @click.option(
     "--workers",
-    type=Count(1, 4096),
-    default=8,
+    type=Count(WORKERS[1], WORKERS[2]),
+    default=WORKERS[0],
     show_default=True,
     help="Attempts run at once.",
 )
-@click.option(
-    "--lease",
-    default="60s",
-    show_default=True,
-    metavar="DURATION",
-    type=POSITIVE_DURATION,
-    help="Lease of a claim; renewed every third of it.",
-)
+@_duration("lease")
 @click.option(
     "--host-id", metavar="ID", help="This daemon's host id in claims [default: the hostname]."
 )
-@click.option(
-    "--retry-delay",
-    default="10s",
-    show_default=True,
-    metavar="DURATION",
-    type=DURATION,
-    help="Backoff before the first retry; doubles each attempt, with jitter.",
-)
-@click.option(
-    "--retry-cap",
-    default="1h",
-    show_default=True,
-    metavar="DURATION",
-    type=DURATION,
-    help="Longest backoff.",
-)
-@click.option(
-    "--rescan",
-    default="30s",
-    show_default=True,
-    metavar="DURATION",
-    type=POSITIVE_DURATION,
-    help="Safety-net rescan interval.",
-)
-@click.option(
-    "--clock-margin",
-    default="1ms",
-    show_default=True,
-    metavar="DURATION",
-    type=DURATION,
-    help="Clock uncertainty allowed for: never start before run_at + margin.",
-)
+@_duration("retry_delay")
+@_duration("retry_cap")
+@_duration("rescan")
+@_duration("clock_margin")
 @click.option(
     "--queue-limit",
     "queue_limit",
@@ -105,49 +86,14 @@ from taskq.times.timespec import parse_duration
     help="Start queue NAME's attempts only while the load average is below LOAD, as atd -l "
     "does batch jobs (repeatable; batch=1.5 unless given; NAME=off ungates).",
 )
-@click.option(
-    "--load-interval",
-    default="60s",
-    show_default=True,
-    metavar="DURATION",
-    type=DURATION,
-    help="Least time between two starts in a load-gated queue, as atd -b.",
-)
-@click.option(
-    "--doorbell-poll",
-    default="250ms",
-    show_default=True,
-    metavar="DURATION",
-    type=DURATION,
-    help="How often to stat the doorbell for other hosts' submissions; 0 turns it off.",
-)
-@click.option(
-    "--max-uncertainty",
-    default="2s",
-    show_default=True,
-    metavar="DURATION",
-    type=DURATION,
-    help="Stop dispatching while the clock uncertainty exceeds this.",
-)
-@click.option(
-    "--clock-check",
-    default="10s",
-    show_default=True,
-    metavar="DURATION",
-    type=POSITIVE_DURATION,
-    help="How often to measure the clock against the spool filesystem's.",
-)
-@click.option(
-    "--kill-grace",
-    default="10s",
-    show_default=True,
-    metavar="DURATION",
-    type=DURATION,
-    help="Between SIGTERM and SIGKILL on --timeout.",
-)
+@_duration("load_interval")
+@_duration("doorbell_poll")
+@_duration("max_uncertainty")
+@_duration("clock_check")
+@_duration("kill_grace")
 @click.option(
     "--keep-done",
-    default="7d",
+    default=KEEP_DONE,
     show_default=True,
     metavar="DURATION",
     help="Prune done/ days older than this (hourly), as taskq gc does; 'never' keeps all.",
@@ -169,14 +115,7 @@ from taskq.times.timespec import parse_duration
     type=OUTPUT_FILE,
     help="Append log lines to FILE (SIGHUP reopens it) instead of stderr.",
 )
-@click.option(
-    "--shutdown-grace",
-    default="10s",
-    show_default=True,
-    metavar="DURATION",
-    type=DURATION,
-    help="How long SIGTERM waits for running attempts.",
-)
+@_duration("shutdown_grace")
 @click.option(
     "--metrics-file",
     metavar="FILE",
@@ -195,20 +134,10 @@ def daemon_command(ctx: click.Context, /, **opts: Any) -> None:
     """Run due tasks until SIGTERM or SIGINT (in the foreground unless --detach)."""
     cfg = Settings(
         workers=opts["workers"],
-        lease=opts["lease"],
         host_id=check_token("host id", opts["host_id"] or default_host_id()),
-        retry_delay=opts["retry_delay"],
-        retry_cap=opts["retry_cap"],
-        rescan=opts["rescan"],
-        doorbell_poll=opts["doorbell_poll"],
-        clock_margin=opts["clock_margin"],
-        max_uncertainty=opts["max_uncertainty"],
-        clock_check=opts["clock_check"],
-        kill_grace=opts["kill_grace"],
-        shutdown_grace=opts["shutdown_grace"],
+        **{name: opts[name] for name in DURATIONS},
         queue_limits=_queue_limits(opts["queue_limit"]),
         load_limits=_load_limits(opts["load_limit"]),
-        load_interval=opts["load_interval"],
         keep_done=None if opts["keep_done"] == "never" else parse_duration(opts["keep_done"]),
         metrics_file=_metrics_file(opts["metrics_file"]),
         metrics_listen=opts["metrics_listen"],

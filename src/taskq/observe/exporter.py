@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import socketserver
+import tempfile
 import threading
 import time
 from collections.abc import Callable
