@@ -36,11 +36,6 @@ def token(claim: ClaimName) -> int:
     return claim.task.attempt * SCALE + claim.expiry // 1000
 
 
-def environment(claim: ClaimName) -> dict[str, str]:
-    """What an attempt started under this claim finds in its environment."""
-    return {"TASKQ_FENCE": str(token(claim)), "TASKQ_HOST": claim.host}
-
-
 def attempt_of(fence: int) -> int:
     return fence // SCALE
 

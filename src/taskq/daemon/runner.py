@@ -22,9 +22,10 @@ import stat
 import subprocess
 from dataclasses import dataclass
 
+from taskq.client import fence
 from taskq.spool.layout import out_path, status_path
 from taskq.spool.runas import RunAs
-from taskq.spool.task import TaskBody, TaskName
+from taskq.spool.task import ClaimName, TaskBody, TaskName
 from taskq.times.timespec import format_iso
 
 # $1 is the status descriptor's number (3 when posix_spawn put it there; as
@@ -65,15 +66,17 @@ def _identity(uid: int) -> dict[str, str]:
 
 
 def task_env(
-    body: TaskBody, name: TaskName, spool_root: str, run_at: int, user: RunAs | None = None
+    body: TaskBody, held: ClaimName, spool_root: str, run_at: int, user: RunAs | None = None
 ) -> dict[str, str]:
-    """The child's environment: the body's env, identity, and TASKQ_* facts.
+    """The attempt's environment: the body's env, identity, and every TASKQ_* fact.
 
     Recorded variables never decide whom the task runs as (the owner of its
     file does); for another user's task the passwd entry's HOME, USER and
     LOGNAME, and SHELL=/bin/sh, replace what the body recorded. PATH is the
-    body's (recorded, or the default). TASKQ_* are always the daemon's.
+    body's (recorded, or the default). TASKQ_* are always the daemon's, made
+    here from the claim the attempt starts under (taskq(1), TASK ENVIRONMENT).
     """
+    name = held.task
     env = dict(body.env)
     if user is not None and user.switch:
         # Another user's task: its identity, not the daemon's, as login would set it.
@@ -88,6 +91,8 @@ def task_env(
         TASKQ_DUE_AT=format_iso(name.run_at),  # this attempt's due time (later on a retry)
         TASKQ_QUEUE=body.queue,
         TASKQ_SPOOL=spool_root,
+        TASKQ_FENCE=str(fence.token(held)),  # taskq fence-check's token (client/fence.py)
+        TASKQ_HOST=held.host,
     )
     return env
 

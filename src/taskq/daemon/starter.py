@@ -108,8 +108,7 @@ class Starter(Part):
         held, body = ready.claim, ready.body
         log_dir = self.spool.log_dir(body.id)
         scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
-        env = runner.task_env(body, held.task, self.spool.root, scheduled, ready.user)
-        env.update(fence.environment(held))  # TASKQ_FENCE, from the claim as started
+        env = runner.task_env(body, held, self.spool.root, scheduled, ready.user)
         now = self.clock.now()
         try:
             if not self._owns_id(ready, log_dir, now):
@@ -141,7 +140,7 @@ class Starter(Part):
             daemon_pid=self.owner.pid,
             run_at=format_iso(held.task.run_at),
             lateness=lateness / SECOND,
-            fence=int(env["TASKQ_FENCE"]),
+            fence=fence.token(held),
         )
         self.attempts.add_child(Running(held, body, child.pid, self.clock.mono()))
         log.info(
