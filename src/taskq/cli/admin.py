@@ -29,9 +29,7 @@ def status_command(ctx: click.Context, as_json: bool, local: bool | None) -> Non
     """Show the daemons on this spool: dispatching or not, clock uncertainty, load, permits."""
     stamp = stamper(local)
     spool = spool_of(ctx)
-    records = rundir.read_all(spool.run)
-    for r in records:
-        r["alive"] = rundir.record_alive(spool.run, r, default_host_id(), wall_us())
+    records = rundir.daemons(spool.run, default_host_id(), wall_us())
     held = permits.holdings(spool)
     if as_json:
         output.write(json.dumps(with_permits(spool.run, records, held), indent=1))

@@ -68,10 +68,7 @@ def counted(spool: Spool, now: int) -> dict[str, Any]:
 
 def daemons(spool: Spool, now: int, local_host: str) -> list[dict[str, Any]]:
     """Every daemon's health record, with whether it still runs ("alive")."""
-    records = status.read_all(spool.run)
-    for record in records:
-        record["alive"] = status.record_alive(spool.run, record, local_host, now)
-    return records
+    return status.daemons(spool.run, local_host, now)
 
 
 def _count_pending(

@@ -56,6 +56,14 @@ def record_alive(run_dir: str, record: dict[str, Any], local_host: str, now: int
         return False
 
 
+def daemons(run_dir: str, local_host: str, now: int) -> list[dict[str, Any]]:
+    """Every daemon's last record, each with whether it still runs ("alive")."""
+    records = read_all(run_dir)
+    for record in records:
+        record["alive"] = record_alive(run_dir, record, local_host, now)
+    return records
+
+
 def forget(run_dir: str, owner: str) -> None:
     """Remove a dead daemon's files from run/."""
     for kind in DAEMON_FILES:
