@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from taskq.daemon.loadgate import DEFAULT_INTERVAL, DEFAULT_LIMITS
 from taskq.errors import BadInput
+from taskq.spool.retention import TMP_MAX_AGE
 from taskq.times.timespec import DAY, HOUR, MS, SECOND, format_duration, parse_duration
 
 
@@ -92,7 +93,7 @@ class Settings:
     clock_margin: int = _default("clock_margin")
     max_uncertainty: int = _default("max_uncertainty")  # above it, stop dispatching
     clock_check: int = _default("clock_check")  # how often to measure the clock offset
-    tmp_max_age: int = HOUR
+    tmp_max_age: int = TMP_MAX_AGE
     keep_done: int | None = parse_duration(KEEP_DONE)  # done/ retention, hourly; None keeps all
     metrics_file: str | None = None  # a node_exporter textfile, rewritten every few seconds
     metrics_listen: tuple[str, int] | None = None  # (address, port) to serve /metrics on

@@ -20,12 +20,11 @@ import stat
 from dataclasses import dataclass, field
 
 from taskq.errors import BadInput, CorruptFile, NotFound
-from taskq.spool import byid, fsutil, hints, sharing, walk
+from taskq.spool import byid, fsutil, hints, retention, sharing, walk
 from taskq.spool.keys import ForeignKey, key_owner, read_key
 from taskq.spool.layout import CONFIG, DOORBELL, DROP_DIRS, RANKED, SUBDIRS, Spool, stray
 from taskq.spool.states import State
 from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_id
-from taskq.times.timespec import HOUR, SECOND
 
 # Every directory that holds tasks, claimed/ once for its three phases.
 CHECKED = (State.PENDING, State.CLAIMED, State.DONE, State.WAITING, State.FAILED, State.CANCELLED)
@@ -194,14 +193,11 @@ class Checker:
                 )
 
     def stale_tmp(self) -> None:
-        for entry in fsutil.listdir(self.spool.tmp):
-            path = os.path.join(self.spool.tmp, entry)
-            try:
-                age = self.now / SECOND - os.lstat(path).st_mtime
-            except FileNotFoundError:
-                continue
-            if age > HOUR / SECOND:
-                self.remove(path, f"tmp/{entry}: abandoned submission")
+        """Abandoned submissions, by the daemon's own rule (retention.abandoned)."""
+        for entry in retention.abandoned(self.spool, self.now):
+            if self.fix(f"tmp/{entry}: abandoned submission", "removed"):
+                with contextlib.suppress(FileNotFoundError):  # someone removed it meanwhile
+                    retention.forget_abandoned(self.spool, entry)
 
     def keys(self) -> None:
         for entry in fsutil.listdir(self.spool.keys):

@@ -4,9 +4,10 @@ A day directory done/YYYYMMDD is removed once the whole day is older than
 the retention period; with it go each task's logs/<id>/ and the key file
 that names it. failed/ and cancelled/ are left for the operator.
 Submissions abandoned in tmp/ (never acknowledged) are removed with their
-keys once older than the daemon's --tmp-max-age, and so are key files that
-a member planted to block another (squats). A shared spool's answers to
-its members (replies/) go a day after they were written (drop.REPLY_TTL).
+keys once older than TMP_MAX_AGE, by the daemon and by fsck alike
+(`abandoned`, `forget_abandoned`), and so are key files that a member
+planted to block another (squats). A shared spool's answers to its members
+(replies/) go a day after they were written (drop.REPLY_TTL).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from taskq.spool import fsutil, hints
 from taskq.spool.keys import bound_key, key_owner, rightful
 from taskq.spool.layout import Spool, body_id
 from taskq.spool.task import TaskName
-from taskq.times.timespec import DAY, parse_compact
+from taskq.times.timespec import DAY, HOUR, SECOND, parse_compact
+
+TMP_MAX_AGE = HOUR  # a file in tmp/ this old is a submission that was never acknowledged
 
 
 @dataclass
@@ -114,18 +117,32 @@ def clean_tmp(spool: Spool, now: int, max_age: int) -> list[str]:
                 hostile.append(f"removed keys/{entry}: {reason}")
         except OSError:
             continue
-    for entry in fsutil.listdir(spool.tmp):
-        path = os.path.join(spool.tmp, entry)
-        try:
-            if os.lstat(path).st_mtime > cutoff:
-                continue
-            task_id = body_id(entry)
-            if task_id is not None:
-                _forget_key(spool, path, task_id)
-            os.unlink(path)
-        except (OSError, ValueError):
-            continue
+    for entry in abandoned(spool, now, max_age):
+        with contextlib.suppress(OSError, ValueError):
+            forget_abandoned(spool, entry)
     return hostile
+
+
+def abandoned(spool: Spool, now: int, max_age: int = TMP_MAX_AGE) -> list[str]:
+    """The entries of tmp/ last changed max_age ago or longer: never acknowledged."""
+    cutoff = (now - max_age) / SECOND
+    out = []
+    for entry in fsutil.listdir(spool.tmp):
+        try:
+            if os.lstat(f"{spool.tmp}/{entry}").st_mtime <= cutoff:
+                out.append(entry)
+        except FileNotFoundError:
+            continue
+    return out
+
+
+def forget_abandoned(spool: Spool, entry: str) -> None:
+    """Remove an abandoned entry of tmp/ and, if it is a body, the key file that binds it."""
+    path = f"{spool.tmp}/{entry}"
+    task_id = body_id(entry)
+    if task_id is not None:
+        _forget_key(spool, path, task_id)
+    os.unlink(path)
 
 
 def _squat(path: str, entry: str) -> str | None:
