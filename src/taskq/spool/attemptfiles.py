@@ -8,25 +8,13 @@ attempts part and `taskq logs -f` read them here.
 
 from __future__ import annotations
 
-import fcntl
-import os
-
+from taskq.spool import locks
 from taskq.spool.layout import status_path
 
 
 def supervisor_alive(log_dir: str, attempt: int) -> bool:
     """Tell whether an attempt's supervisor still runs (holds the status lock)."""
-    try:
-        fd = os.open(status_path(log_dir, attempt), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return locks.held(status_path(log_dir, attempt))
 
 
 def read_status(log_dir: str, attempt: int) -> int | None:

@@ -11,13 +11,12 @@ claimed/ are the truth about ownership.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from typing import Any
 
 from taskq.errors import TaskqError
-from taskq.spool import fsutil
+from taskq.spool import fsutil, locks
 from taskq.spool.layout import DAEMON_FILES, LOCK, RECORD, daemon_file
 from taskq.times.timespec import SECOND
 from taskq.times.when import parse_when
@@ -25,17 +24,7 @@ from taskq.times.when import parse_when
 
 def owner_alive(run_dir: str, owner: str) -> bool:
     """Tell whether a daemon of this host holds its lock (is alive)."""
-    try:
-        fd = os.open(daemon_file(run_dir, owner, LOCK), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return locks.held(daemon_file(run_dir, owner, LOCK))
 
 
 def record_alive(run_dir: str, record: dict[str, Any], local_host: str, now: int) -> bool:

@@ -1,0 +1,28 @@
+"""A lock as a sign of life: whether some process holds an flock() on a file.
+
+A daemon holds run/HOST_PID.lock for its whole life, and an attempt's
+supervisor holds logs/ID/N.status while its command runs; on the same
+host, a lock nobody holds is a holder that is gone. (Over a shared
+filesystem a lock may not be seen from another host: the callers judge
+other hosts' records otherwise.)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+
+
+def held(path: str) -> bool:
+    """Whether a process holds an flock() on path; a missing file is held by nobody."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
