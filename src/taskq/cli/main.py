@@ -46,7 +46,7 @@ class _Group(PlainGroup):
         "init": ("taskq.cli.init", "init_command"),
         "fence-check": ("taskq.cli.fence_check", "fence_check_command"),
         "schedule": ("taskq.cli.schedule", "schedule"),
-        "top": ("taskq.cli.top", "top"),
+        "top": ("taskq.cli.topapp", "top_command"),
         "at": ("taskq.cli.at", "at_command"),
         "atq": ("taskq.cli.at", "atq_command"),
         "atrm": ("taskq.cli.at", "atrm_command"),

@@ -1,11 +1,12 @@
-"""`taskq top`: a live terminal view of a spool, drawn with urwid.
+"""`taskq top`'s lines: a live terminal view of a spool, as text, drawn by topapp.py.
 
 The picture comes from observe.top (the spool read as `taskq stats` and
-`taskq ls` read it); this module turns it into lines and runs urwid's
-loop: a redraw every --interval, keys to filter by queue, to show a task
-and to cancel one. urwid, not rich or textual: it reads keys and runs its
-own loop (rich only draws), and Debian 12 packages it (python3-urwid
-2.1.2), which its taskq package may depend on; its textual is 0.1.13.
+`taskq ls` read it); this module turns it into lines, and topapp.py (the
+command and urwid's loop) redraws them every --interval, with keys to
+filter by queue, to show a task and to cancel one. urwid, not rich or
+textual: it reads keys and runs its own loop (rich only draws), and
+Debian 12 packages it (python3-urwid 2.1.2), which its taskq package may
+depend on; its textual is 0.1.13.
 
 Everything a line shows that came from the spool (commands, queue and
 host names, a daemon's record) passes through _safe first: a command
@@ -14,15 +15,10 @@ holding terminal escapes must not repaint the operator's screen.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable
 
-import click
-
-from taskq.cli.params import POSITIVE_DURATION
-from taskq.errors import BadInput, TaskqError
+from taskq.errors import TaskqError
 from taskq.observe.top import LATENESS_BARS, Picture, Task, running_for
 from taskq.spool.layout import Spool
 from taskq.times.timespec import SECOND, format_duration, format_iso
@@ -176,30 +172,6 @@ def _failure_lines(picture: Picture) -> list[Line]:
         text = f"  {t.id:<26} {_safe(t.queue):<12} {_instant(t.run_at):<24} {status:>4} "
         out.append(("bad", text + _command(t), t.id))
     return out
-
-
-@click.command()
-@click.option(
-    "--interval",
-    type=POSITIVE_DURATION,
-    default="2s",
-    show_default=True,
-    metavar="DURATION",
-    help="Redraw this often.",
-)
-@click.option("--queue", "queues", multiple=True, help="Show only this queue's tasks (repeatable).")
-@click.pass_context
-def top(ctx: click.Context, interval: int, queues: tuple[str, ...]) -> None:
-    """A live view: running attempts, what is due next, queues, lateness, daemons, failures."""
-    from taskq.cli.topapp import TopApp
-    from taskq.spool.task import check_queue
-
-    if sys.stdin is None or sys.stdout is None or not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise BadInput("taskq top needs a terminal (try taskq stats or taskq ls)")
-    spool = Spool(ctx.obj["spool"])
-    if not os.path.isdir(spool.root):
-        raise BadInput(f"no spool at {spool.root}")
-    TopApp(spool, frozenset(check_queue(q) for q in queues), interval / SECOND).run()
 
 
 def timed(gather: Callable[[], Picture]) -> tuple[Picture, float]:

@@ -1,4 +1,4 @@
-"""The urwid application of `taskq top`: the frame, the keys and the redraw timer.
+"""`taskq top`: the command, and its urwid application (the frame, the keys, the redraw timer).
 
 Only widgets and calls that urwid has had since 2.1 (Debian 12's
 python3-urwid) are used. A redraw keeps the selected task selected if it
@@ -8,19 +8,24 @@ redraws.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
+import click
 import urwid
 
+from taskq.cli.params import POSITIVE_DURATION, PlainHelp
 from taskq.cli.top import KEYS, Line, describe_task, header, lines, timed
 from taskq.client import operations
-from taskq.errors import TaskqError
+from taskq.errors import BadInput, TaskqError
 from taskq.observe.top import Picture, gather
 from taskq.spool.defaults import default_host_id
 from taskq.spool.layout import Spool
 from taskq.spool.states import State
 from taskq.spool.task import check_queue
 from taskq.times.clock import wall_us
+from taskq.times.timespec import SECOND
 
 PALETTE = [
     ("head", "bold", ""),
@@ -168,3 +173,24 @@ class TopApp:
             window, self.frame, "center", ("relative", 90), "middle", ("relative", 80)
         )
         self.mode = "show"
+
+
+@click.command(cls=PlainHelp, name="top")
+@click.option(
+    "--interval",
+    type=POSITIVE_DURATION,
+    default="2s",
+    show_default=True,
+    metavar="DURATION",
+    help="Redraw this often.",
+)
+@click.option("--queue", "queues", multiple=True, help="Show only this queue's tasks (repeatable).")
+@click.pass_context
+def top_command(ctx: click.Context, interval: int, queues: tuple[str, ...]) -> None:
+    """A live view: running attempts, what is due next, queues, lateness, daemons, failures."""
+    if sys.stdin is None or sys.stdout is None or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise BadInput("taskq top needs a terminal (try taskq stats or taskq ls)")
+    spool = Spool(ctx.obj["spool"])
+    if not os.path.isdir(spool.root):
+        raise BadInput(f"no spool at {spool.root}")
+    TopApp(spool, frozenset(check_queue(q) for q in queues), interval / SECOND).run()
