@@ -348,12 +348,16 @@ SUBMIT_BUDGET = {
 }
 # Never on submit's path: gettext's locale (click's help option asks for it
 # unless given its text), ctypes (renameat2), the daemon's libraries, and
-# what only other commands need.
+# what only other commands, a key, a config.toml or a crash point need.
 SUBMIT_NEVER = {
     "locale",
     "ctypes",
     "subprocess",
     "hashlib",
+    "logging",
+    "signal",
+    "tomllib",
+    "fcntl",
     "zoneinfo",
     "watchdog",
     "prometheus_client",

@@ -190,8 +190,8 @@ LISTEN = Listen()
 class _FileName(_Type):
     """A file's name, checked only to be no directory when it exists (as click.Path checks).
 
-    click.Path asks gettext for its name when it is made, which costs every
-    `taskq` run the import of locale and a search for message catalogues.
+    click.Path asks gettext for its name when it is made, and gettext imports
+    locale, which submit's path must not (tests/e2e/test_submit.py's budget).
     """
 
     name = "file"
@@ -248,7 +248,8 @@ class PlainHelp(click.Command):
 
     click builds the help option of every command it parses, and asks
     gettext for "Show this message and exit."; gettext then imports locale
-    and looks for message catalogues, about 2 ms of every `taskq` run.
+    and looks for message catalogues, which submit's path must not
+    (tests/e2e/test_submit.py's import budget).
     """
 
     _plain_help: click.Option | None = None

@@ -74,10 +74,9 @@ class Request:
         `changes` replaces some of the request's fields for this body alone (a
         batch line's), as dataclasses.replace would, without making a request.
         """
-        # Shallow (asdict's deep copy of a recorded environment cost a batch
-        # five times its parsing), and the env is shared, not copied: a body
-        # is never modified, and a batch's bodies that share one env have it
-        # checked and encoded once (memo.LastOf).
+        # Shallow, and the env shared, not copied: a body is never modified,
+        # and a batch's bodies that share one env have it checked and encoded
+        # once (memo.LastOf; python bench/run.py --only submit, --batch rows).
         fields = {name: getattr(self, name) for name in _FIELDS}
         if changes:
             fields.update(changes)

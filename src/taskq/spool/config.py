@@ -32,8 +32,8 @@ _SIZE = Lazy(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
 _SCALE = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-# NamedTuples, not dataclasses: making a dataclass costs every `taskq` run
-# a millisecond or more of start-up.
+# NamedTuples, not dataclasses: submit imports this module, and a dataclass's
+# methods are compiled at import (python bench/run.py --only submit).
 class Notify(NamedTuple):
     """The [notify] table: a hook run with one JSON event per ended task."""
 
@@ -87,7 +87,7 @@ class SpoolConfig:
             raise ConfigError(f"{self.path}: [security] takes only allow and deny")
         allow = _users(self.path, table, "allow")
         deny = _users(self.path, table, "deny")
-        from taskq.spool.runas import Policy  # the daemon's: submit's start-up need not import it
+        from taskq.spool.runas import Policy  # the daemon's alone: off submit's import budget
 
         return Policy(allow=allow, deny=deny or frozenset())
 
@@ -179,7 +179,7 @@ def load(root: str) -> SpoolConfig:
         return SpoolConfig(path, {})
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e}") from None
-    import tomllib  # only for a file: `taskq submit`'s start-up time is its throughput
+    import tomllib  # only for a file: off submit's import budget (tests/e2e/test_submit.py)
 
     try:
         return SpoolConfig(path, tomllib.loads(data.decode()))

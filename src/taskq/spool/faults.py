@@ -51,7 +51,7 @@ def crash_point(name: str) -> None:
         return
     _seen += 1
     if _seen == _WHEN:
-        import signal  # only here: the CLI's start-up need not import it
+        import signal  # only here: off submit's import budget (tests/e2e/test_submit.py)
 
         stop = os.environ.get("TASKQ_CRASH_SIGNAL") == "STOP"
         os.kill(os.getpid(), signal.SIGSTOP if stop else signal.SIGKILL)

@@ -23,7 +23,7 @@ TEMPORARY_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EAGAIN, errno
 
 @functools.cache
 def _libc(name: str) -> Any:
-    """A libc function through ctypes, or None; loaded on first use (ctypes is slow to import)."""
+    """A libc function through ctypes, or None; ctypes is loaded here, off submit's path."""
     import ctypes
 
     return getattr(ctypes.CDLL(None, use_errno=True), name, None)
@@ -78,8 +78,9 @@ def rename_fresh(src: str, dst: str) -> None:
 
     For publishing a new task: its name holds an id drawn now, so nothing
     can stand at dst but a forgery of that id, and replacing a forgery with
-    the real task is right. No RENAME_NOREPLACE, whose ctypes import alone
-    costs a one-task `taskq submit` 5 ms. FileNotFoundError: src is gone.
+    the real task is right. No RENAME_NOREPLACE: its ctypes stays off
+    submit's path (tests/e2e/test_submit.py's import budget). FileNotFoundError:
+    src is gone.
     """
     os.rename(src, dst)
 

@@ -67,7 +67,7 @@ def append(log_dir: str, event: Event, now: int, **fields: Any) -> bool:
     try:
         _write(log_dir, _line(event, now, fields), sync=False)
     except OSError as e:
-        import logging  # rarely: the CLI's start-up need not import it
+        import logging  # rarely: off submit's import budget (tests/e2e/test_submit.py)
 
         logging.getLogger("taskq").warning("cannot journal %s in %s: %s", event, log_dir, e)
         return False

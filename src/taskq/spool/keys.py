@@ -43,7 +43,7 @@ def legacy_key_path(spool: Spool, key: str) -> str:
 
 
 def _digest(key: str) -> str:
-    import hashlib  # only for keys: the CLI's start-up need not import it
+    import hashlib  # only for keys: off submit's import budget (tests/e2e/test_submit.py)
 
     return hashlib.sha256(key.encode()).hexdigest()[:40]
 

@@ -137,7 +137,7 @@ def reason_path(quarantined: str) -> str:
 
 
 def _log_warning(message: str) -> None:
-    """The daemon's warning; logging is imported on first use (the CLI sets its own warn)."""
+    """The daemon's warning (the CLI sets its own warn); logging is off submit's path."""
     import logging
 
     logging.getLogger("taskq").warning(message)
@@ -154,7 +154,7 @@ def stray(entry: str) -> bool:
     return entry.startswith(".")
 
 
-class Located(NamedTuple):  # not a dataclass: making one costs every `taskq` run start-up time
+class Located(NamedTuple):  # not a dataclass: its methods would compile at every start-up
     """A task found in the spool: its state, file path and parsed name."""
 
     state: State

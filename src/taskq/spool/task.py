@@ -163,9 +163,10 @@ def day_of(instant: int) -> str:
 class _Name:
     """An immutable file name's fields, compared and hashed as the tuple of them.
 
-    Written out rather than made by @dataclass: generating a dataclass's
-    methods costs every `taskq` run a millisecond or more per class. Its
-    text is formatted once and kept (`_text`).
+    Written out rather than made by @dataclass, whose generated methods
+    every `taskq` run would compile at start-up (python bench/run.py --only
+    submit, one `taskq submit` process). Its text is formatted once and
+    kept (`_text`).
     """
 
     __slots__ = ("_text",)
@@ -302,10 +303,10 @@ class ClaimName(_Name):
         return f"{self.host}_{self.pid}"
 
 
-# json.dumps(indent=1) falls back to json's pure-Python encoder, which was a
-# third of a batch submission's time; layout() writes the same bytes with
-# its C parts. No JSON string holds a raw newline, so the separators below
-# appear nowhere else.
+# layout() writes json.dumps(indent=1)'s bytes with json's C parts, since
+# indent makes json use its pure-Python encoder and a batch encodes every
+# body (python bench/run.py --only submit, the --batch rows). No JSON string
+# holds a raw newline, so the separators below appear nowhere else.
 _STR = json.encoder.c_encode_basestring or json.encoder.py_encode_basestring  # type: ignore[attr-defined]
 _INNER = json.JSONEncoder(ensure_ascii=False, separators=(",\n  ", ": ")).encode
 _SCALARS = {None: "null", True: "true", False: "false"}
