@@ -9,9 +9,12 @@ prepare), Attempts (children and adopted orphans), Recovery (leases,
 takeover, adoption), Settler (moving a claim where policy says), GroupCommit
 (fsync what an iteration touched), Housekeeper (tmp/ and retention, in a
 thread) and Metrics with its Exporter (figures for Prometheus; the spool is
-counted off the loop). wiring.py makes the parts and wires them together;
-the loop below only orders them. Transitions of one iteration are
-made durable together before any attempt they concern is started.
+counted off the loop). wiring.build_parts makes the parts and wires them
+together; the daemon holds them (it is composed of them, not one of them)
+and only orders them: one step(now) of the loop settles, keeps claims,
+finds and starts due work; run() repeats it, sleeping in between.
+Transitions of one step are made durable together before any attempt
+they concern is started.
 """
 
 from __future__ import annotations
@@ -26,11 +29,10 @@ from taskq.daemon.attempts import Prepared
 from taskq.daemon.dispatch import QueueCaps
 from taskq.daemon.settings import Settings
 from taskq.daemon.starter import SPIN
-from taskq.daemon.wiring import Parts
+from taskq.daemon.wiring import build_parts
 from taskq.observe.snapshot import Snapshot
 from taskq.spool.faults import crash_point
 from taskq.spool.layout import Spool
-from taskq.spool.task import TaskName
 from taskq.spool.transitions import Owner
 from taskq.times.clock import Clock
 from taskq.times.timespec import SECOND, format_duration
@@ -40,7 +42,7 @@ log = logging.getLogger("taskq")
 NEVER = 1 << 62
 
 
-class Daemon(Parts):
+class Daemon:
     """One scheduler and worker pool over one spool: the loop that orders its parts."""
 
     def __init__(
@@ -55,7 +57,7 @@ class Daemon(Parts):
         self.on_hup = on_hup
         self.clock = clock or Clock(settings.clock_margin, settings.max_uncertainty)
         self.owner = Owner(settings.host_id, os.getpid())
-        super().__init__(spool, settings, self.clock, self.owner, self._requeued, self._measured)
+        self.parts = build_parts(spool, settings, self.clock, self.owner, self._measured)
         self.prepared: list[Prepared] = []
         self.stopping = False
         self.stop_deadline = NEVER
@@ -66,23 +68,20 @@ class Daemon(Parts):
         self.intake_left = False  # a pass of the pickup stopped at its budget
         self.next = {"rescan": 0, "renew": 0, "poll": NEVER, "pickup": 0}
 
-    def _requeued(self, name: TaskName) -> None:
-        self.dispatcher.index.push(name)
-
     # -- life cycle -------------------------------------------------------
 
     def run(self) -> int:
         """Run until SIGTERM/SIGINT and the shutdown grace; return an exit status."""
         self.spool.init()
-        self.health.lock(self.clock.now())
-        self.guard.check()
+        self.parts.health.lock(self.clock.now())
+        self.parts.guard.check()
         runner.status_slot()  # reserved before any other thread can open a descriptor
-        self.wake.install()
+        self.parts.wake.install()
         runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
-        self.housekeeper.start()
-        self.aftermath.start()
+        self.parts.housekeeper.start()
+        self.parts.aftermath.start()
         try:
-            self.exporter.start()  # counts off the loop: a long count never delays it
+            self.parts.exporter.start()  # counts off the loop: a long count never delays it
             log.info(
                 "taskq daemon %s started on %s: %d workers, lease %s",
                 self.owner.host,
@@ -93,28 +92,28 @@ class Daemon(Parts):
             while not self._should_exit():
                 self._guarded_iteration()
         finally:
-            self.exporter.stop()
-            self.housekeeper.stop()
-            self.aftermath.stop()
-            self.wake.close()
-            self.attempts.close()
-            self.health.unlock()
+            self.parts.exporter.stop()
+            self.parts.housekeeper.stop()
+            self.parts.aftermath.stop()
+            self.parts.wake.close()
+            self.parts.attempts.close()
+            self.parts.health.unlock()
         log.info(
             "taskq daemon stopped; %d attempt(s) left running for the next daemon; "
             "claims %d won, %d lost",
-            len(self.attempts),
-            self.dispatcher.won,
-            self.dispatcher.lost,
+            len(self.parts.attempts),
+            self.parts.dispatcher.won,
+            self.parts.dispatcher.lost,
         )
         return self.exit_status
 
     def _should_exit(self) -> bool:
-        if self.wake.stop_requested and not self.stopping:
+        if self.parts.wake.stop_requested and not self.stopping:
             self.stopping = True
             self.stop_deadline = self.clock.mono() + self.cfg.shutdown_grace
         if not self.stopping or self.prepared:
             return False
-        return not self.attempts or self.clock.mono() >= self.stop_deadline
+        return not self.parts.attempts or self.clock.mono() >= self.stop_deadline
 
     def _guarded_iteration(self) -> None:
         """Run one iteration; on an I/O error, log it, pause and rebuild from the spool.
@@ -123,7 +122,8 @@ class Daemon(Parts):
         our own name, and the recovery pass that the next rescan runs settles it.
         """
         try:
-            self._iteration()
+            self.step()
+            self._sleep()
         except OSError as e:
             log.error("spool error, retrying in 1s: %s", e)
             self.prepared.clear()
@@ -132,70 +132,79 @@ class Daemon(Parts):
 
     # -- the loop ---------------------------------------------------------
 
-    def _iteration(self) -> None:
-        if self.wake.hup:
-            self.wake.hup = False
+    def step(self, now: int | None = None) -> None:
+        """One turn of the loop, without its sleep: settle, keep claims, find, commit, start.
+
+        `now` is the wall instant the turn decides by (default: the clock's,
+        read after the clock guard has measured it if due); the starts
+        themselves wait for the clock, so no task starts before its run_at
+        whatever `now` says.
+        """
+        if self.parts.wake.hup:
+            self.parts.wake.hup = False
             self.on_hup()
-        self.commit.review()
-        now = self._guard_clock()
+        self.parts.commit.review()
+        read = self._guard_clock()
+        now = read if now is None else now
         self._settle_finished(now)
         self._keep_claims(now)
         rang = self.bell_rang
         if not self.stopping:
-            if not self.schedules.passed:
+            if not self.parts.schedules.passed:
                 self._pass_schedules(now, rang)  # catch-up decides before the first dispatch
             self._find_due_work(now)
-        self.commit.commit()
-        self.aftermath.committed()
+        self.parts.commit.commit()
+        self.parts.aftermath.committed()
         if self.prepared:
             crash_point("daemon.committed")
             prepared = self.prepared
-            self.prepared = self.starter.start_due(prepared)
+            self.prepared = self.parts.starter.start_due(prepared)
             left = {p.claim.task.id for p in self.prepared}
             started = [p for p in prepared if p.claim.task.id not in left]
-            self.limits.started({p.claim.task.id for p in started}, self.clock.now())
-            self.loadgate.started(p.body.queue for p in started)
+            self.parts.limits.started({p.claim.task.id for p in started}, self.clock.now())
+            self.parts.loadgate.started(p.body.queue for p in started)
         if not self.stopping:
             self._take_in(self.clock.now(), rang)  # after the starts a flood of files could delay
             self._pass_schedules(self.clock.now(), rang)  # after the starts it could delay
         snap, mono = self._snapshot(), self.clock.mono()
-        self.health.tell_systemd(snap, mono, self.cfg.workers)
-        self.metrics.looped(snap, paused=mono < self.starter.paused_until)
-        self._sleep()
+        self.parts.health.tell_systemd(snap, mono, self.cfg.workers)
+        self.parts.metrics.looped(snap, paused=mono < self.parts.starter.paused_until)
 
     def _guard_clock(self) -> int:
         """Read now, after measuring the clock again if it is time or the wall clock stepped."""
-        if self.guard.guard():
+        if self.parts.guard.guard():
             self.next = dict.fromkeys(self.next, 0)  # the monotonic clock went back: re-arm
         return self.clock.now()
 
     def _settle_finished(self, now: int) -> None:
         """Record the attempts that ended and move their tasks on."""
         mono = self.clock.mono()
-        for run, code in self.attempts.reap():
+        for run, code in self.parts.attempts.reap():
             crash_point("daemon.reaped")
-            self.settler.ended(run, code, now, (mono - run.started_mono) / SECOND)
-            self.limits.release(run.body.id)
+            self.parts.settler.ended(run, code, now, (mono - run.started_mono) / SECOND)
+            self.parts.limits.release(run.body.id)
         if mono >= self.next["poll"]:
-            for run in self.attempts.polled():
-                self.recovery.settle_adopted(run.body.id, now)
-        self.next["poll"] = mono + SECOND // 5 if self.attempts.polled() else NEVER
-        self.attempts.enforce_timeouts(mono)
+            for run in self.parts.attempts.polled():
+                self.parts.recovery.settle_adopted(run.body.id, now)
+        self.next["poll"] = mono + SECOND // 5 if self.parts.attempts.polled() else NEVER
+        self.parts.attempts.enforce_timeouts(mono)
 
     def _keep_claims(self, now: int) -> None:
         """Renew our leases every third of a lease, and take back abandoned claims."""
         mono = self.clock.mono()
         if self.bell_rang:  # a cancel may have renamed a claim of ours
-            self.recovery.check_claims(now, mono)
+            self.parts.recovery.check_claims(now, mono)
         if mono < self.next["renew"]:
             return
         self.next["renew"] = mono + self.cfg.lease // 3
-        self.recovery.renew(now, mono)
-        self.recovery.permits_lost(self.limits.renew(now), mono)
-        mine = self.attempts.ids() | {p.claim.task.id for p in self.prepared}
-        self.recovery.scan(now, mono, self.guard.ok, mine)
-        self.limits.sweep(self.attempts.ids() | {p.claim.task.id for p in self.prepared})
-        self.limits.reclaim(now, self.guard.ok)
+        self.parts.recovery.renew(now, mono)
+        self.parts.recovery.permits_lost(self.parts.limits.renew(now), mono)
+        mine = self.parts.attempts.ids() | {p.claim.task.id for p in self.prepared}
+        self.parts.recovery.scan(now, mono, self.parts.guard.ok, mine)
+        self.parts.limits.sweep(
+            self.parts.attempts.ids() | {p.claim.task.id for p in self.prepared}
+        )
+        self.parts.limits.reclaim(now, self.parts.guard.ok)
 
     def _take_in(self, now: int, rang: bool) -> None:
         """Pick up members' drop files (a shared spool) when woken for them, or as a safety net."""
@@ -207,7 +216,7 @@ class Daemon(Parts):
             self.shared = self.spool.shared()  # (a spool made shared while we run)
         if not self.shared:
             return
-        took = self.pickup.run(now)
+        took = self.parts.pickup.run(now)
         self.intake_left = took.more
         if took.filed:
             self.rescan_wanted = True  # due now: claimed in the next turn, at once
@@ -215,89 +224,94 @@ class Daemon(Parts):
     def _find_due_work(self, now: int) -> None:
         """Rescan when asked (doorbell, safety net, index drained), then claim due tasks."""
         mono = self.clock.mono()
-        index = self.dispatcher.index
+        index = self.parts.dispatcher.index
         drained = not index and index.more_beyond
         if self.rescan_wanted or self.bell_rang or drained or mono >= self.next["rescan"]:
             self.rescan_wanted = self.bell_rang = False
             self.next["rescan"] = mono + self.cfg.rescan
-            self.dispatcher.rescan(now)
+            self.parts.dispatcher.rescan(now)
             if index.horizon is not None:  # load the next bucket before its tasks can be due
-                load_at = self.clock.earliest_start(index.horizon) - self.commit.lead() - SECOND
+                lead = self.parts.commit.lead()
+                load_at = self.clock.earliest_start(index.horizon) - lead - SECOND
                 self.next["rescan"] = min(self.next["rescan"], mono + max(load_at - now, SECOND))
-        if not self.guard.ok or mono < self.starter.paused_until or self.clock.stepped():
+        if (
+            not self.parts.guard.ok
+            or mono < self.parts.starter.paused_until
+            or self.clock.stepped()
+        ):
             return
-        free = self.cfg.workers - len(self.attempts) - len(self.prepared)
+        free = self.cfg.workers - len(self.parts.attempts) - len(self.prepared)
         if free > 0:
             caps = self._caps()
-            self.prepared += self.dispatcher.claim_due(now, free, caps)
+            self.prepared += self.parts.dispatcher.claim_due(now, free, caps)
 
     def _pass_schedules(self, now: int, rang: bool) -> None:
         """Keep every schedule's next occurrence made; only on a trusted clock."""
-        if self.guard.ok:
-            self.schedules.tick(now, rang, busy=bool(self.prepared))
+        if self.parts.guard.ok:
+            self.parts.schedules.tick(now, rang, busy=bool(self.prepared))
 
     def _caps(self) -> QueueCaps:
-        busy = [r.body.queue for r in self.attempts.all()]
+        busy = [r.body.queue for r in self.parts.attempts.all()]
         busy += [p.body.queue for p in self.prepared]
-        paused = self.dispatcher.pauses.held(self.clock.now())
+        paused = self.parts.dispatcher.pauses.held(self.clock.now())
         return QueueCaps(
             self.cfg.queue_limits,
             self.cfg.workers,
             busy,
             paused,
-            cluster=self.limits.open,
-            gate=self.loadgate,
+            cluster=self.parts.limits.open,
+            gate=self.parts.loadgate,
         )
 
     # -- the clock and health -----------------------------------------------
 
     def _measured(self, regained: bool) -> None:
         """After each clock measurement: our lock kept, a rescan if wanted, the health record."""
-        if regained or (self.health.lock_lost() and self._lock_again()):
+        if regained or (self.parts.health.lock_lost() and self._lock_again()):
             self.rescan_wanted = True
-        self.health.write(self._snapshot(), self.clock.now())
+        self.parts.health.write(self._snapshot(), self.clock.now())
 
     def _lock_again(self) -> bool:
         """Our lock is gone: stop if the spool is gone too, else make its layout and lock anew."""
         if not os.path.isdir(self.spool.root):
             log.error("the spool %s is gone: stopping", self.spool.root)
-            self.wake.stop_requested, self.exit_status = True, 1
+            self.parts.wake.stop_requested, self.exit_status = True, 1
             return False
-        log.warning("run/%s.lock is gone (the spool made anew?): locking again", self.health.owner)
+        log.warning("run/%s.lock is gone (the spool made anew?): locking again", self.parts.health.owner)
         self.spool.init()
-        self.health.relock()
-        self.wake.rewatch()
+        self.parts.health.relock()
+        self.parts.wake.rewatch()
         return True
 
     def _snapshot(self) -> Snapshot:
         return Snapshot(
-            dispatching=self.guard.ok and not self.stopping,
-            reason="stopping" if self.stopping else self.guard.problem,
+            dispatching=self.parts.guard.ok and not self.stopping,
+            reason="stopping" if self.stopping else self.parts.guard.problem,
             stopping=self.stopping,
             uncertainty=self.clock.uncertainty(),
             offset=self.clock.offset,
-            busy=len(self.attempts),
-            due_soon=len(self.dispatcher.index),
-            claims_won=self.dispatcher.won,
-            claims_lost=self.dispatcher.lost,
+            busy=len(self.parts.attempts),
+            due_soon=len(self.parts.dispatcher.index),
+            claims_won=self.parts.dispatcher.won,
+            claims_lost=self.parts.dispatcher.lost,
         )
 
     # -- sleeping -----------------------------------------------------------
 
     def _sleep(self) -> None:
         timeout = max(0, min(self._deadlines()) - self.clock.mono()) / SECOND
-        rang, ready = self.wake.wait(timeout)
+        rang, ready = self.parts.wake.wait(timeout)
         self.bell_rang = self.bell_rang or rang
         for key in ready:  # pidfds of adopted attempts that ended
             if isinstance(key, tuple) and key[0] == "adopted":
-                self.recovery.settle_adopted(key[1], self.clock.now())
+                self.parts.recovery.settle_adopted(key[1], self.clock.now())
 
     def _deadlines(self) -> list[int]:
         """Monotonic instants the loop must wake at: renewals, checks, due work, kills."""
         mono = self.clock.mono()
-        out = [self.next["renew"], self.guard.next_check, self.next["poll"]]
-        out += self.attempts.deadlines()
-        watchdog = self.health.next_deadline()
+        out = [self.next["renew"], self.parts.guard.next_check, self.next["poll"]]
+        out += self.parts.attempts.deadlines()
+        watchdog = self.parts.health.next_deadline()
         if watchdog is not None:
             out.append(watchdog)
         if self.stopping:
@@ -310,25 +324,25 @@ class Daemon(Parts):
         return out
 
     def _dispatch_deadlines(self, mono: int) -> list[int]:
-        index = self.dispatcher.index
+        index = self.parts.dispatcher.index
         out = [self.next["rescan"]]
-        if self.guard.ok:
-            wake_at = self.schedules.wake_at(busy=bool(self.prepared))
+        if self.parts.guard.ok:
+            wake_at = self.parts.schedules.wake_at(busy=bool(self.prepared))
             out.append(mono + wake_at - self.clock.now())
         if (not index and index.more_beyond) or self.intake_left or self.rescan_wanted:
             out.append(mono)  # the index ran dry, drop files wait, or tasks were filed: at once
-        if mono < self.starter.paused_until:
-            out.append(self.starter.paused_until)
+        if mono < self.parts.starter.paused_until:
+            out.append(self.parts.starter.paused_until)
             return out
-        lapses = self.dispatcher.pauses.next_end(self.clock.now())
+        lapses = self.parts.dispatcher.pauses.next_end(self.clock.now())
         if lapses is not None:  # a pause --until ends: its queue's due tasks start
             out.append(mono + lapses - self.clock.now())
         nxt = index.next_run_at(self._caps().open)
-        gate_opens = self.loadgate.wake_at()  # a load-gated queue with work: look again then
-        free = self.cfg.workers - len(self.attempts) - len(self.prepared)
-        if nxt is not None and free > 0 and self.guard.ok:
-            prepare_at = self.clock.earliest_start(nxt) - self.commit.lead()
+        gate_opens = self.parts.loadgate.wake_at()  # a load-gated queue with work: look again then
+        free = self.cfg.workers - len(self.parts.attempts) - len(self.prepared)
+        if nxt is not None and free > 0 and self.parts.guard.ok:
+            prepare_at = self.clock.earliest_start(nxt) - self.parts.commit.lead()
             out.append(mono + prepare_at - self.clock.now())
-        if gate_opens is not None and free > 0 and self.guard.ok:
+        if gate_opens is not None and free > 0 and self.parts.guard.ok:
             out.append(gate_opens)
         return out

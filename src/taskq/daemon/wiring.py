@@ -1,13 +1,15 @@
 """The daemon's parts, made and wired together: which part tells which.
 
-Each part owns one job (see daemon.py's docstring); this module only makes
-them and hands each the others it reports to. The loop in daemon.py orders
-them.
+Each part owns one job (docs/design.md, "A map of the daemon");
+build_parts makes them and hands each the others it reports to, and
+returns them as one Parts. The daemon holds its Parts and orders them
+(loop.py); the unit tests build the same Parts, wired the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from taskq.daemon.aftermath import Aftermath
 from taskq.daemon.attempts import Attempts
@@ -31,76 +33,95 @@ from taskq.observe.metrics import Metrics
 from taskq.schedules.materialise import Materialiser
 from taskq.spool import config
 from taskq.spool.layout import Spool
-from taskq.spool.task import TaskName
 from taskq.spool.transitions import Owner
 from taskq.times.clock import Clock
 from taskq.times.timespec import SECOND
 
 
+@dataclass
 class Parts:
-    """The parts of one daemon, as attributes of the daemon."""
+    """The parts of one daemon."""
 
-    def __init__(
-        self,
-        spool: Spool,
-        settings: Settings,
-        clock: Clock,
-        owner: Owner,
-        on_requeued: Callable[[TaskName], None],
-        on_measured: Callable[[bool], None],
-    ) -> None:
-        drop = spool.drop if spool.shared() else None
-        self.wake = Wakeups(spool.doorbell, settings.doorbell_poll, clock.mono, drop)
-        self.commit = GroupCommit(clock.mono, lambda: self.wake.continued)
-        self.health = Health(spool.run, owner.host, owner.pid, _public(settings))
-        self.attempts = Attempts(settings.kill_grace, self.wake.watch, self.wake.unwatch)
-        backoff = Backoff(settings.retry_delay, settings.retry_cap)
-        self.metrics = Metrics(settings.host_id, spool.root, settings.workers)
-        self.exporter = Exporter(
-            self.metrics,
-            spool,
-            settings.host_id,
-            clock.now,
-            settings.metrics_file,
-            settings.metrics_listen,
-        )
-        spool_config = config.load(spool.root)
-        self.aftermath = Aftermath(spool, spool_config.notify, clock.now, settings.rescan)
-        self.settler = Settler(
-            spool,
-            self.commit,
-            backoff,
-            on_requeued,
-            self.aftermath.ended,
-            on_attempt_end=self.metrics.ended,
-        )
-        crew = Crew(spool, owner, clock, settings.lease, self.commit, self.settler)
-        self.limits = ClusterLimits(
-            crew,
-            {**spool_config.queue_limits(), **settings.queue_limits},
-            spool_config.queue_rates(),
-            lambda path, why: self.settler.quarantine(path, why, clock.now()),
-        )
-        self.dispatcher = Dispatcher(
-            crew, spool_config.security, settings.workers, self.metrics.claimed, self.limits
-        )
-        self.pickup = Pickup(crew, spool_config.security, settings.tmp_max_age)
-        self.recovery = Recovery(crew, self.attempts, self.limits.taken_over)
-        self.loadgate = LoadGate(settings.load_limits, settings.load_interval, mono=clock.mono)
-        self.housekeeper = Housekeeper(
+    wake: Wakeups
+    commit: GroupCommit
+    health: Health
+    attempts: Attempts
+    metrics: Metrics
+    exporter: Exporter
+    aftermath: Aftermath
+    settler: Settler
+    limits: ClusterLimits
+    dispatcher: Dispatcher
+    pickup: Pickup
+    recovery: Recovery
+    loadgate: LoadGate
+    housekeeper: Housekeeper
+    guard: ClockGuard
+    starter: Starter
+    schedules: Materialiser
+
+
+def build_parts(
+    spool: Spool,
+    settings: Settings,
+    clock: Clock,
+    owner: Owner,
+    on_measured: Callable[[bool], None] = lambda regained: None,
+) -> Parts:
+    """Make one daemon's parts, each told of the others it reports to.
+
+    Nothing starts: no thread, no signal handler, no lock (the daemon's
+    run does that). on_measured is called after each clock measurement
+    (True when trust in the clock came back).
+    """
+    drop = spool.drop if spool.shared() else None
+    wake = Wakeups(spool.doorbell, settings.doorbell_poll, clock.mono, drop)
+    commit = GroupCommit(clock.mono, lambda: wake.continued)
+    health = Health(spool.run, owner.host, owner.pid, _public(settings))
+    attempts = Attempts(settings.kill_grace, wake.watch, wake.unwatch)
+    metrics = Metrics(settings.host_id, spool.root, settings.workers)
+    exporter = Exporter(
+        metrics, spool, settings.host_id, clock.now, settings.metrics_file, settings.metrics_listen
+    )
+    spool_config = config.load(spool.root)
+    aftermath = Aftermath(spool, spool_config.notify, clock.now, settings.rescan)
+    backoff = Backoff(settings.retry_delay, settings.retry_cap)
+    settler = Settler(
+        spool, commit, backoff, lambda name: None, aftermath.ended, on_attempt_end=metrics.ended
+    )
+    crew = Crew(spool, owner, clock, settings.lease, commit, settler)
+    limits = ClusterLimits(
+        crew,
+        {**spool_config.queue_limits(), **settings.queue_limits},
+        spool_config.queue_rates(),
+        lambda path, why: settler.quarantine(path, why, clock.now()),
+    )
+    dispatcher = Dispatcher(crew, spool_config.security, settings.workers, metrics.claimed, limits)
+    settler.requeued = dispatcher.index.push  # a task back in pending is due again
+    guard = ClockGuard(
+        clock, health.probe, settings.clock_check, settings.max_uncertainty, on_measured
+    )
+    return Parts(
+        wake=wake,
+        commit=commit,
+        health=health,
+        attempts=attempts,
+        metrics=metrics,
+        exporter=exporter,
+        aftermath=aftermath,
+        settler=settler,
+        limits=limits,
+        dispatcher=dispatcher,
+        pickup=Pickup(crew, spool_config.security, settings.tmp_max_age),
+        recovery=Recovery(crew, attempts, limits.taken_over),
+        loadgate=LoadGate(settings.load_limits, settings.load_interval, mono=clock.mono),
+        housekeeper=Housekeeper(
             spool, clock.now, settings.rescan, settings.tmp_max_age, settings.keep_done
-        )
-        self.guard = ClockGuard(
-            clock,
-            self.health.probe,
-            settings.clock_check,
-            settings.max_uncertainty,
-            on_measured,
-        )
-        self.starter = Starter(crew, self.attempts, self.guard.check, self.metrics.started)
-        self.schedules = Materialiser(
-            spool, self.metrics.scheduled, self.aftermath.teller.tell_schedule
-        )
+        ),
+        guard=guard,
+        starter=Starter(crew, attempts, guard.check, metrics.started),
+        schedules=Materialiser(spool, metrics.scheduled, aftermath.teller.tell_schedule),
+    )
 
 
 def _public(cfg: Settings) -> dict[str, object]:

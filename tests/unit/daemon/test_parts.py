@@ -1,4 +1,7 @@
-"""The daemon's parts, each without a daemon loop, on a real spool with an injected clock."""
+"""The daemon's parts, each without a daemon loop, on a real spool with an injected clock.
+
+The parts are made by build_parts, as the daemon makes its own.
+"""
 
 from __future__ import annotations
 
@@ -13,15 +16,12 @@ from taskq.client.submit import submit
 from taskq.daemon.attempts import Attempts, Running
 from taskq.daemon.clockguard import ClockGuard
 from taskq.daemon.commit import PREPARE_LEAD, GroupCommit
-from taskq.daemon.crew import Crew
-from taskq.daemon.dispatch import Dispatcher, QueueCaps
+from taskq.daemon.dispatch import QueueCaps
 from taskq.daemon.loadgate import LOAD_READ, LoadGate
-from taskq.daemon.policy import Backoff
-from taskq.daemon.recovery import Recovery
-from taskq.daemon.settle import Settler
+from taskq.daemon.settings import Settings
 from taskq.daemon.wakeups import Wakeups
+from taskq.daemon.wiring import build_parts
 from taskq.spool import journal, transitions, walk
-from taskq.spool import runas as security
 from taskq.spool.layout import Spool
 from taskq.spool.states import Phase, State
 from taskq.spool.task import DEFAULT_PATH, ClaimName, TaskBody, TaskName, new_id
@@ -45,7 +45,7 @@ class Hands:
 
 
 class Parts:
-    """A spool and the daemon's parts wired as the loop wires them."""
+    """A spool and the daemon's parts, made and wired by build_parts as the daemon's are."""
 
     def __init__(self, root: Path, host: str = "h1", pid: int = 4242) -> None:
         self.spool = Spool(str(root))
@@ -54,13 +54,18 @@ class Parts:
         self.clock = Clock(1 * MS, 2 * SECOND, wall=lambda: self.t.wall, mono=lambda: self.t.mono)
         self.clock.set_offset(0)
         self.owner = Owner(host, pid)
-        self.commit = GroupCommit(self.clock.mono)
-        self.requeued: list[TaskName] = []
-        self.settler = Settler(self.spool, self.commit, Backoff(), self.requeued.append)
-        crew = Crew(self.spool, self.owner, self.clock, 10 * SECOND, self.commit, self.settler)
-        self.dispatcher = Dispatcher(crew, security.Policy(), workers=8)
-        self.attempts = Attempts(2 * SECOND, lambda fd, key: None, lambda fd: None)
-        self.recovery = Recovery(crew, self.attempts)
+        settings = Settings(host_id=host, lease=10 * SECOND, kill_grace=2 * SECOND)
+        built = build_parts(self.spool, settings, self.clock, self.owner)
+        self.commit, self.settler, self.dispatcher = built.commit, built.settler, built.dispatcher
+        self.attempts, self.recovery = built.attempts, built.recovery
+        self.requeued: list[TaskName] = []  # what the settler handed back to the due index
+        into_index = self.settler.requeued
+
+        def requeued(name: TaskName) -> None:
+            self.requeued.append(name)
+            into_index(name)
+
+        self.settler.requeued = requeued
 
     def add(self, run_at: int, queue: str = "default", argv: tuple[str, ...] = ("true",)) -> str:
         body = TaskBody(new_id(T0), list(argv), run_at, T0, queue=queue, env={"PATH": DEFAULT_PATH})

@@ -1,0 +1,47 @@
+"""The daemon's loop driven one step at a time, in-process, on a real spool, `now` injected.
+
+Daemon.step is one turn of the loop without its sleep, as huey's
+consumer loop(now) is: a test can drive it and look at the spool between
+turns. Its attempts are real child processes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from taskq.client.request import Request
+from taskq.client.submit import submit
+from taskq.daemon.loop import Daemon
+from taskq.daemon.settings import Settings
+from taskq.spool import byid, journal
+from taskq.spool.layout import Spool
+from taskq.spool.states import Phase, State
+from taskq.times.clock import wall_us
+from taskq.times.timespec import HOUR, SECOND
+
+
+def test_steps_start_what_is_due_settle_it_and_never_start_early(tmp_path: Path) -> None:
+    spool = Spool(str(tmp_path / "spool"))
+    spool.init()
+    daemon = Daemon(spool, Settings(host_id="unit", workers=2))
+    now = wall_us()
+    due = submit(spool, Request(run_at=now - SECOND, cwd="/").body(["true"], now))[0]
+    later = submit(spool, Request(run_at=now + HOUR, cwd="/").body(["true"], now))[0]
+    daemon.step(now)
+    assert [run.body.id for run in daemon.parts.attempts.all()] == [due.id]
+    assert byid.locate(spool, later.id).state == State.PENDING
+    deadline = time.monotonic() + 60
+    while byid.locate(spool, due.id).state != State.DONE:  # the attempt's end, as it comes
+        assert time.monotonic() < deadline, "the attempt did not end"
+        daemon.parts.wake.wait(0.05)
+        daemon.step()
+    events = [r["event"] for r in journal.read(spool.log_dir(due.id))]
+    assert events == ["start", "end"]
+    # A step told it is two hours later claims the later task and makes its
+    # start durable, but leaves its start to the clock: it is not started.
+    daemon.step(now + 2 * HOUR)
+    [ready] = daemon.prepared
+    assert ready.claim.task.id == later.id and ready.claim.phase == Phase.STARTED
+    assert daemon.parts.attempts.all() == []
+    assert journal.read(spool.log_dir(later.id)) == []
