@@ -30,6 +30,12 @@ StartDaemon = Callable[..., Daemon]
 SRC = Path(__file__).resolve().parents[2] / "src" / "taskq"
 
 
+def idle(tq: Taskq) -> bool:
+    """Whether no task is left pending, claimed or running (a duplicate would be one)."""
+    counts = json.loads(tq.run("stats", "--json").stdout)["counts"]
+    return not any(counts[s] for s in ("pending", "claimed", "running", "cancelling"))
+
+
 def test_every_crash_point_is_placed_and_listed() -> None:
     placed = set()
     for path in SRC.rglob("*.py"):
@@ -132,7 +138,7 @@ def test_submit_crash_then_retry_with_the_key_runs_once(
     start_daemon()
     tq.wait_state(task_id, ("done",))
     wait_for(lambda: read_stamps(stamps), 5, "the task's stamp")
-    time.sleep(0.5)  # a second copy, if there were one, would be due by now
+    wait_for(lambda: idle(tq), 30, "nothing left pending or running")  # a second copy ran
     assert [t for t, _, _ in read_stamps(stamps)] == [task_id]
     assert json.loads(tq.run("stats", "--json").stdout)["counts"]["pending"] == {}
 
@@ -161,7 +167,7 @@ def test_batch_crash_leaves_a_consistent_spool(
     start_daemon()
     for task_id in ids:
         tq.wait_state(task_id, ("done",))
-    time.sleep(0.5)
+    wait_for(lambda: idle(tq), 30, "nothing left pending or running")
     assert sorted(t for t, _, _ in read_stamps(stamps)) == sorted(ids), "each key ran once"
     assert tq.run("fsck").returncode == 0
 

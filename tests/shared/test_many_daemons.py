@@ -105,6 +105,16 @@ def test_four_daemons_skewed_clocks_never_early_exactly_once(
     assert set(hosts) <= {"plain-a", "plain-b"}, hosts
 
 
+def _rewritten(tq: Taskq, since: str) -> Callable[[], dict[str, Any] | None]:
+    """The one daemon's status record once it is newer than `since` (its next clock check)."""
+
+    def newer() -> dict[str, Any] | None:
+        [record] = json.loads(tq.run("status", "--json").stdout)
+        return record if record["updated_at"] != since else None
+
+    return newer
+
+
 @pytest.mark.slow
 @needs_faketime
 def test_skewed_daemon_reports_and_waits(
@@ -116,7 +126,9 @@ def test_skewed_daemon_reports_and_waits(
     assert "ahead_" in out and "NOT dispatching" in out and "offset +30" in out
     [record] = json.loads(tq.run("status", "--json").stdout)
     assert record["dispatching"] is False and record["uncertainty"] > 29
-    time.sleep(1.5)  # give it a fair chance to misbehave: it must not start the task
+    for _ in range(2):  # two more clock checks (each rewrites its record), still refusing
+        record = wait_for(_rewritten(tq, record["updated_at"]), 30, "the next clock check")
+        assert record["dispatching"] is False
     assert tq.state(task_id) == "pending"
     start_host("plain")
     tq.wait_state(task_id, ("done",))
