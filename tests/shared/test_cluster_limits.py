@@ -146,11 +146,11 @@ def test_a_queue_limit_holds_across_three_daemons_and_a_kill_9(
 
     def holder() -> tuple[Daemon, list[permits.Holding]] | None:
         started = intervals_or_starts(stamps)
-        held = [h for h in permits.holdings(spool) if h.lease.owner in owners]
+        held = [h for h in permits.holdings(spool) if h.lease.daemon in owners]
         found = next((h for h in held if h.lease.task_id in started), None)
         if found is None:
             return None
-        return owners[found.lease.owner], [h for h in held if h.lease.owner == found.lease.owner]
+        return owners[found.lease.daemon], [h for h in held if h.lease.daemon == found.lease.daemon]
 
     victim, held = wait_for(holder, 120, "a daemon holding a permit for a started attempt")
     victim.kill()
@@ -162,7 +162,7 @@ def test_a_queue_limit_holds_across_three_daemons_and_a_kill_9(
 
     def released() -> bool:
         nonlocal expiry
-        mine = [h for h in permits.holdings(spool) if h.lease.owner == gone]
+        mine = [h for h in permits.holdings(spool) if h.lease.daemon == gone]
         expiry = max([expiry, *(h.lease.expiry for h in mine)])
         return not mine
 

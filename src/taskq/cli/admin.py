@@ -51,15 +51,15 @@ def with_permits(
     (A daemon stopped while its attempts ran, or whose record was removed,
     may still hold permits until their leases expire.)
     """
-    by_owner: dict[str, list[permits.Holding]] = {}
+    by_daemon: dict[str, list[permits.Holding]] = {}
     for holding in held:
-        by_owner.setdefault(holding.lease.owner, []).append(holding)
+        by_daemon.setdefault(holding.lease.daemon, []).append(holding)
     for r in records:
-        r["permits"] = [h.to_doc() for h in by_owner.pop(str(r.get("owner")), [])]
-    for owner, found in by_owner.items():
+        r["permits"] = [h.to_doc() for h in by_daemon.pop(str(r.get("owner")), [])]
+    for daemon, found in by_daemon.items():
         here = found[0].lease.host == default_host_id()
-        alive = rundir.owner_alive(run_dir, owner) if here else None
-        records.append({"owner": owner, "alive": alive, "permits": [h.to_doc() for h in found]})
+        alive = rundir.daemon_alive(run_dir, daemon) if here else None
+        records.append({"owner": daemon, "alive": alive, "permits": [h.to_doc() for h in found]})
     return records
 
 

@@ -70,7 +70,7 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
         attempts=records,
     )
     if found.claim is not None:
-        doc["owner"] = found.claim.owner
+        doc["owner"] = found.claim.daemon  # the key `show --json` has always had
         doc["lease_expiry"] = format_iso(found.claim.expiry)
     return doc
 

@@ -70,7 +70,7 @@ def _why_not(held: ClaimName | None, attempt: int, host: str, now: int) -> str |
     if held.task.attempt != attempt:
         return f"attempt {held.task.attempt} holds it now"
     if held.host != host:
-        return f"taken over by {held.owner}"
+        return f"taken over by {held.daemon}"
     if held.phase == Phase.CANCELLING:
         return "a cancel was requested"
     if held.phase != Phase.STARTED:

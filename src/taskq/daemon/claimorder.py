@@ -3,12 +3,12 @@
 Each due task has one first taker among the spool's live, dispatching
 daemons (its peers, from the health records in run/): the daemon whose
 share of the peers' workers holds crc32(id) mod their sum. Every daemon
-computes the same owner from the same records, without talking to the
+computes the same first taker from the same records, without talking to the
 others. A daemon tries its own tasks first, oldest first, as a lone daemon
 tries all of them; another's task it tries once that daemon has had its
 chance (STEAL_AFTER past the run time) and, among those, in an order of its
 own (a hash of its name and the task's id, within each STEAL_QUANTUM of
-eligibility), so thieves and the owner rarely reach for the same file.
+eligibility), so thieves and the first taker rarely reach for the same file.
 When another's task is more than SPREAD older than its own oldest, it goes
 first: the cluster still starts the oldest due work first, to within
 SPREAD. A stale or missing record costs lost claims, never a task: every
@@ -32,7 +32,7 @@ PEERS_EVERY = 2 * SECOND  # re-read run/'s records at most this often (monotonic
 
 
 class Peer(NamedTuple):
-    owner: str  # HOST_PID, as claims and run/ name a daemon
+    daemon: str  # HOST_PID, as claims and run/ name a daemon
     workers: int
 
 
@@ -42,7 +42,7 @@ class ClaimOrder:
     def __init__(self, me: str, workers: int) -> None:
         self.me = Peer(me, workers)
         self._seed = zlib.crc32(me.encode())
-        self._bounds: list[int] = [workers]  # cumulative workers, peers sorted by owner
+        self._bounds: list[int] = [workers]  # cumulative workers, peers sorted by daemon
         self._mine = (0, workers)  # our share of [0, total)
         self.peers: tuple[Peer, ...] = (self.me,)
         self._next_read = 0
@@ -56,15 +56,15 @@ class ClaimOrder:
 
     def set_peers(self, peers: Iterable[Peer]) -> bool:
         """Use these peers (ourselves added if missing); True if they changed."""
-        found = {p.owner: p for p in peers if p.workers > 0}
-        found[self.me.owner] = self.me
+        found = {p.daemon: p for p in peers if p.workers > 0}
+        found[self.me.daemon] = self.me
         ordered = tuple(found[o] for o in sorted(found))
         if ordered == self.peers:
             return False
         self.peers = ordered
         total, self._bounds = 0, []
         for peer in ordered:
-            if peer.owner == self.me.owner:
+            if peer.daemon == self.me.daemon:
                 self._mine = (total, total + peer.workers)
             total += peer.workers
             self._bounds.append(total)
@@ -76,9 +76,9 @@ class ClaimOrder:
         return self._mine[0] <= slot < self._mine[1]
 
     def first_taker(self, task_id: str) -> str:
-        """The owner name of this task's first taker."""
+        """The daemon name of this task's first taker."""
         slot = zlib.crc32(task_id.encode()) % self._bounds[-1]
-        return self.peers[bisect.bisect_right(self._bounds, slot)].owner
+        return self.peers[bisect.bisect_right(self._bounds, slot)].daemon
 
     def steal_key(self, run_at: int, task_id: str) -> tuple[int, int]:
         """(when we may try another's task, our tie-break among tasks then eligible)."""

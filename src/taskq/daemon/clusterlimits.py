@@ -50,7 +50,7 @@ class ClusterLimits(Part):
         self.rated: dict[str, tuple[Held, int]] = {}  # by task id: a rate permit, its period
         self.waiting: dict[str, str] = {}  # task id -> the mutex it waits for
         self.view = Listing(frozenset(), (), ())
-        self._offset = zlib.crc32(f"{self.owner.host}_{self.owner.pid}".encode())
+        self._offset = zlib.crc32(f"{self.daemon.host}_{self.daemon.pid}".encode())
 
     # -- what may be tried -----------------------------------------------
 
@@ -87,7 +87,7 @@ class ClusterLimits(Part):
 
     def acquire(self, held: ClaimName, body: TaskBody, now: int) -> str | None:
         """Take the permits a claimed attempt needs; None, or why it must wait."""
-        lease = permits.lease_for(body.id, self.expiry(now), self.owner.pid, self.owner.host)
+        lease = permits.lease_for(body.id, self.expiry(now), self.daemon.pid, self.daemon.host)
         got: list[Held] = []
         why = None
         if body.queue in self.limits:
@@ -185,8 +185,8 @@ class ClusterLimits(Part):
         return lost
 
     def taken_over(self, task_id: str, now: int) -> None:
-        """We took over an attempt's claim: take over the permits its old owner held for it."""
-        mine = permits.lease_for(task_id, self.expiry(now), self.owner.pid, self.owner.host)
+        """We took over an attempt's claim: take over the permits its old daemon held for it."""
+        mine = permits.lease_for(task_id, self.expiry(now), self.daemon.pid, self.daemon.host)
         for permit in permits.listing(self.spool).held:
             lease = self._lease(permit)
             if lease is None or lease.task_id != task_id or permit.kind == "rate":
@@ -204,14 +204,14 @@ class ClusterLimits(Part):
             if lease is None:
                 permits.drop_empty(self.spool, permit)
                 continue
-            mine = lease.owner == f"{self.owner.host}_{self.owner.pid}"
+            mine = lease.daemon == f"{self.daemon.host}_{self.daemon.pid}"
             abandoned = not mine and self._abandoned(lease, now, trusted)
             if abandoned and permits.give_back(self.spool, permit, lease):
-                log.info("freed permit %s of %s: its lease ended", permit, lease.owner)
+                log.info("freed permit %s of %s: its lease ended", permit, lease.daemon)
                 self.spool.ring()
 
     def _abandoned(self, lease: Lease, now: int, trusted: bool) -> bool:
-        if lease.host == self.owner.host and not rundir.owner_alive(self.spool.run, lease.owner):
+        if lease.host == self.daemon.host and not rundir.daemon_alive(self.spool.run, lease.daemon):
             return True
         return trusted and self.clock.may_start(lease.expiry, now)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from taskq.daemon.commit import GroupCommit
 from taskq.daemon.settle import Settler
 from taskq.spool.layout import Spool
-from taskq.spool.transitions import Owner
+from taskq.spool.transitions import DaemonId
 from taskq.times.clock import Clock
 
 
@@ -22,7 +22,7 @@ class Crew:
     """The tools every claim-handling part of one daemon shares."""
 
     spool: Spool
-    owner: Owner
+    daemon: DaemonId  # this daemon, as its claims name it
     clock: Clock
     lease: int  # µs
     commit: GroupCommit
@@ -33,7 +33,7 @@ class Part:
     """A part of the daemon that handles claims with the crew's tools."""
 
     def __init__(self, crew: Crew) -> None:
-        self.spool, self.owner, self.clock = crew.spool, crew.owner, crew.clock
+        self.spool, self.daemon, self.clock = crew.spool, crew.daemon, crew.clock
         self.lease, self.commit, self.settler = crew.lease, crew.commit, crew.settler
 
     def expiry(self, now: int) -> int:

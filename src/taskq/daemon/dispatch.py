@@ -76,15 +76,15 @@ class Dispatcher(Part):
     def __init__(
         self,
         crew: Crew,
-        run_policy: security.Policy,
+        user_rules: security.UserRules,
         workers: int,
         on_claim: Callable[[bool], None] = lambda won: None,
         limits: ClusterLimits | None = None,
     ) -> None:
         super().__init__(crew)
-        self.run_policy = run_policy
+        self.user_rules = user_rules
         self.limits = limits or ClusterLimits(crew, {}, {}, lambda path, why: None)
-        self.order = ClaimOrder(f"{self.owner.host}_{self.owner.pid}", workers)
+        self.order = ClaimOrder(f"{self.daemon.host}_{self.daemon.pid}", workers)
         self.index = DueIndex(self.spool, self.order)
         self.pauses = Pauses(self.spool)
         self._deadlines: dict[str, int | None] = {}  # expiry of paused due tasks, by id
@@ -101,7 +101,7 @@ class Dispatcher(Part):
 
     def rescan(self, now: int) -> None:
         """Rebuild the due index and the pauses from the spool; quarantine what is bad."""
-        self.order.refresh(self.spool.run, self.owner.host, now, self.clock.mono())
+        self.order.refresh(self.spool.run, self.daemon.host, now, self.clock.mono())
         for path, reason in [*self.index.rescan(now), *self.pauses.reload()]:
             self.settler.quarantine(path, reason, now)
         self.expire_paused(now)
@@ -125,7 +125,7 @@ class Dispatcher(Part):
             self.index.discard(name)
             try:
                 held_claim = transitions.claim(
-                    self.spool, path, name, self.owner, self.expiry(now), self.commit.touched
+                    self.spool, path, name, self.daemon, self.expiry(now), self.commit.touched
                 )
             except FileNotFoundError:
                 self.counted(False)
@@ -153,7 +153,7 @@ class Dispatcher(Part):
         horizon = now + self.commit.lead()
         expiry = self.expiry(now)
         prepared: list[Prepared] = []
-        if self.order.refresh(self.spool.run, self.owner.host, now, self.clock.mono()):
+        if self.order.refresh(self.spool.run, self.daemon.host, now, self.clock.mono()):
             self.index.resort()  # peers came or went: who takes what first changed
 
         def due(run_at: int) -> bool:
@@ -192,7 +192,7 @@ class Dispatcher(Part):
         """Claim one due task: its claim, _LOST (it was gone), or None (quarantined)."""
         try:
             held = transitions.claim(
-                self.spool, path, name, self.owner, expiry, self.commit.touched
+                self.spool, path, name, self.daemon, expiry, self.commit.touched
             )
             crash_point("daemon.claimed")
         except FileNotFoundError:
@@ -239,7 +239,7 @@ class Dispatcher(Part):
     def _read(self, path: str, now: int) -> tuple[TaskBody, security.RunAs] | None:
         try:
             body, owner = self.spool.read_task(path)
-            return body, security.run_as(owner, self.run_policy)
+            return body, security.run_as(owner, self.user_rules)
         except CorruptFile as e:
             self.settler.quarantine(path, str(e), now)
         except ValueError as e:  # an owner who may not run tasks here: never run it
@@ -253,7 +253,7 @@ class Dispatcher(Part):
     def _unreadable(self, path: str, e: OSError) -> str:
         """Why a task file cannot be read: most often, it is not ours to read."""
         try:
-            security.run_as(os.lstat(path).st_uid, self.run_policy)
+            security.run_as(os.lstat(path).st_uid, self.user_rules)
         except ValueError as refusal:
             return str(refusal)
         except OSError:

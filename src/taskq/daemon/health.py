@@ -1,4 +1,4 @@
-"""A daemon's face to the outside: its owner lock, health record and sd_notify.
+"""A daemon's face to the outside: its lock in run/, health record and sd_notify.
 
 run/HOST_PID.lock is flock()ed for the daemon's life (on this host a free
 lock means a dead daemon, whose claims may be recovered at once).
@@ -25,15 +25,15 @@ log = logging.getLogger("taskq")
 
 
 class Health:
-    """The owner lock, the status record and systemd notifications of one daemon."""
+    """The lock, the status record and systemd notifications of one daemon."""
 
     def __init__(self, run_dir: str, host: str, pid: int, settings: dict[str, Any]) -> None:
         self.run_dir = run_dir
-        self.owner = f"{host}_{pid}"  # as claims name it: HOST_PID
+        self.daemon = f"{host}_{pid}"  # as claims name it: HOST_PID
         self.host = host
         self.pid = pid
         self.settings = settings  # workers, lease, clock_check, max_uncertainty (seconds)
-        self.notify = Notifier()
+        self.systemd = Notifier()
         self.started_at = 0
         self.told_ready = self.told_stopping = False
         self.next_status = self.next_watchdog = 0
@@ -42,11 +42,11 @@ class Health:
 
     @property
     def probe(self) -> str:
-        return daemon_file(self.run_dir, self.owner, PROBE)
+        return daemon_file(self.run_dir, self.daemon, PROBE)
 
     @property
     def _lock_path(self) -> str:
-        return daemon_file(self.run_dir, self.owner, LOCK)
+        return daemon_file(self.run_dir, self.daemon, LOCK)
 
     def lock(self, now: int) -> None:
         """Hold run/HOST_PID.lock for as long as the daemon lives."""
@@ -80,8 +80,8 @@ class Health:
     def unlock(self) -> None:
         """Leave run/: claims left behind stay ours until another daemon sees the lock free."""
         if not self.told_stopping:
-            self.notify.send("STOPPING=1")
-        status.remove(self.run_dir, self.owner)
+            self.systemd.send("STOPPING=1")
+        status.remove(self.run_dir, self.daemon)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._lock_path)
         os.close(self._lock_fd)
@@ -91,7 +91,7 @@ class Health:
     def write(self, snap: Snapshot, now: int) -> None:
         """Rewrite the health record; a full disk only costs a warning."""
         record = {
-            "owner": self.owner,
+            "owner": self.daemon,  # the record's key for its daemon (taskq-spool(5))
             "host": self.host,
             "pid": self.pid,
             "started_at": format_iso(self.started_at),
@@ -107,32 +107,32 @@ class Health:
             **self.settings,
         }
         try:
-            status.write(self.run_dir, self.owner, record)
+            status.write(self.run_dir, self.daemon, record)
         except OSError as e:
             log.warning("cannot write the status record: %s", e)
 
     def tell_systemd(self, snap: Snapshot, mono: int, workers: int) -> None:
         """READY=1 once dispatching, STATUS= as it changes, WATCHDOG=1, STOPPING=1."""
-        if not self.notify.enabled:
+        if not self.systemd.enabled:
             return
         if snap.stopping:
             if not self.told_stopping:
-                self.notify.send("STOPPING=1", "STATUS=stopping: waiting for running attempts")
+                self.systemd.send("STOPPING=1", "STATUS=stopping: waiting for running attempts")
                 self.told_stopping = True
         elif snap.dispatching and not self.told_ready:
-            self.notify.send("READY=1", f"STATUS={_text(snap, workers)}")
+            self.systemd.send("READY=1", f"STATUS={_text(snap, workers)}")
             self.told_ready = True
         elif mono >= self.next_status:
-            self.notify.status(_text(snap, workers))
+            self.systemd.status(_text(snap, workers))
             self.next_status = mono + SECOND
-        interval = self.notify.watchdog_interval
+        interval = self.systemd.watchdog_interval
         if interval is not None and mono >= self.next_watchdog:
-            self.notify.send("WATCHDOG=1")
+            self.systemd.send("WATCHDOG=1")
             self.next_watchdog = mono + round(interval * SECOND)
 
     def next_deadline(self) -> int | None:
         """When the watchdog must next be fed (monotonic µs), if systemd asked."""
-        return self.next_watchdog if self.notify.watchdog_interval is not None else None
+        return self.next_watchdog if self.systemd.watchdog_interval is not None else None
 
 
 def _text(snap: Snapshot, workers: int) -> str:

@@ -50,7 +50,7 @@ def refusal(message: str, status: int) -> dict[str, Any]:
 
 
 def handle(
-    spool: Spool, name: DropName, data: bytes, uid: int, policy: security.Policy, now: int
+    spool: Spool, name: DropName, data: bytes, uid: int, policy: security.UserRules, now: int
 ) -> Answer:
     """Do what one drop file asks; CorruptFile if it is not what its name says."""
     if name.kind == drop.SUBMISSION:
@@ -59,7 +59,7 @@ def handle(
 
 
 def file_submission(
-    spool: Spool, name: DropName, data: bytes, uid: int, policy: security.Policy, now: int
+    spool: Spool, name: DropName, data: bytes, uid: int, policy: security.UserRules, now: int
 ) -> Answer:
     """File a member's submission as a task of the daemon's, the member its submitter."""
     nonce, body = drop.read_submission(data, name)

@@ -33,7 +33,7 @@ from taskq.daemon.wiring import build_parts
 from taskq.observe.snapshot import Snapshot
 from taskq.spool.faults import crash_point
 from taskq.spool.layout import Spool
-from taskq.spool.transitions import Owner
+from taskq.spool.transitions import DaemonId
 from taskq.times.clock import Clock
 from taskq.times.timespec import SECOND, format_duration
 
@@ -56,8 +56,8 @@ class Daemon:
         self.cfg = settings
         self.on_hup = on_hup
         self.clock = clock or Clock(settings.clock_margin, settings.max_uncertainty)
-        self.owner = Owner(settings.host_id, os.getpid())
-        self.parts = build_parts(spool, settings, self.clock, self.owner, self._measured)
+        self.daemon_id = DaemonId(settings.host_id, os.getpid())
+        self.parts = build_parts(spool, settings, self.clock, self.daemon_id, self._measured)
         self.prepared: list[Prepared] = []
         self.stopping = False
         self.stop_deadline = NEVER
@@ -84,7 +84,7 @@ class Daemon:
             self.parts.exporter.start()  # counts off the loop: a long count never delays it
             log.info(
                 "taskq daemon %s started on %s: %d workers, lease %s",
-                self.owner.host,
+                self.daemon_id.host,
                 self.spool.root,
                 self.cfg.workers,
                 format_duration(self.cfg.lease),
@@ -168,7 +168,7 @@ class Daemon:
             self._pass_schedules(self.clock.now(), rang)  # after the starts it could delay
         snap, mono = self._snapshot(), self.clock.mono()
         self.parts.health.tell_systemd(snap, mono, self.cfg.workers)
-        self.parts.metrics.looped(snap, paused=mono < self.parts.starter.paused_until)
+        self.parts.metrics.looped(snap, spool_full=mono < self.parts.starter.full_until)
 
     def _guard_clock(self) -> int:
         """Read now, after measuring the clock again if it is time or the wall clock stepped."""
@@ -234,11 +234,7 @@ class Daemon:
                 lead = self.parts.commit.lead()
                 load_at = self.clock.earliest_start(index.horizon) - lead - SECOND
                 self.next["rescan"] = min(self.next["rescan"], mono + max(load_at - now, SECOND))
-        if (
-            not self.parts.guard.ok
-            or mono < self.parts.starter.paused_until
-            or self.clock.stepped()
-        ):
+        if not self.parts.guard.ok or mono < self.parts.starter.full_until or self.clock.stepped():
             return
         free = self.cfg.workers - len(self.parts.attempts) - len(self.prepared)
         if free > 0:
@@ -331,8 +327,8 @@ class Daemon:
             out.append(mono + wake_at - self.clock.now())
         if (not index and index.more_beyond) or self.intake_left or self.rescan_wanted:
             out.append(mono)  # the index ran dry, drop files wait, or tasks were filed: at once
-        if mono < self.parts.starter.paused_until:
-            out.append(self.parts.starter.paused_until)
+        if mono < self.parts.starter.full_until:
+            out.append(self.parts.starter.full_until)
             return out
         lapses = self.parts.dispatcher.pauses.next_end(self.clock.now())
         if lapses is not None:  # a pause --until ends: its queue's due tasks start

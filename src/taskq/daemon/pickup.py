@@ -46,7 +46,7 @@ class Took(NamedTuple):
 class Pickup(Part):
     """The daemon's intake of members' drop files."""
 
-    def __init__(self, crew: Crew, policy: security.Policy, stale_age: int) -> None:
+    def __init__(self, crew: Crew, policy: security.UserRules, stale_age: int) -> None:
         super().__init__(crew)
         self.policy = policy
         self.stale_age = stale_age  # µs after which a NAME.part or a stray is abandoned
@@ -82,7 +82,7 @@ class Pickup(Part):
             if name is None:
                 self._unfinished(entry, now)
                 continue
-            claimed = Claimed(name, self.expiry(now), self.owner.pid, self.owner.host)
+            claimed = Claimed(name, self.expiry(now), self.daemon.pid, self.daemon.host)
             try:
                 path = drop.claim(self.spool, f"{self.spool.drop}/{entry}", claimed)
             except FileNotFoundError:
@@ -113,17 +113,17 @@ class Pickup(Part):
                 continue
             if not self._abandoned(old, now):
                 continue
-            new = old._replace(expiry=self.expiry(now), pid=self.owner.pid, host=self.owner.host)
+            new = old._replace(expiry=self.expiry(now), pid=self.daemon.pid, host=self.daemon.host)
             try:
                 out.append((new, drop.claim(self.spool, path, new)))
             except FileNotFoundError:
                 continue
-            log.info("took over pickup of %s from %s", old.name, old.owner)
+            log.info("took over pickup of %s from %s", old.name, old.daemon)
         return out
 
     def _abandoned(self, old: Claimed, now: int) -> bool:
-        if old.host == self.owner.host:
-            return old.pid == self.owner.pid or not rundir.owner_alive(self.spool.run, old.owner)
+        if old.host == self.daemon.host:
+            return old.pid == self.daemon.pid or not rundir.daemon_alive(self.spool.run, old.daemon)
         return self.clock.may_start(old.expiry, now)
 
     def _take(self, claimed: Claimed, path: str, now: int) -> str:

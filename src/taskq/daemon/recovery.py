@@ -36,7 +36,7 @@ log = logging.getLogger("taskq")
 
 
 class Recovery(Part):
-    """Lease renewal and the takeover of claims whose owner is gone."""
+    """Lease renewal and the takeover of claims whose daemon is gone."""
 
     def __init__(
         self,
@@ -75,15 +75,15 @@ class Recovery(Part):
             self.stop_for_cancel(run, mono)
             return
         holder = self._holder(run.claim)
-        if holder is not None and holder.host == self.owner.host:
+        if holder is not None and holder.host == self.daemon.host:
             # A daemon of this host took it over while we were stopped, and it
             # adopted the attempt (it can watch it here): it is not ours to kill.
             self.attempts.hand_over(run)
-            self.settler.note(run.claim, Event.HANDED_OVER, now, to=holder.owner)
+            self.settler.note(run.claim, Event.HANDED_OVER, now, to=holder.daemon)
             log.warning(
                 "lost the lease of %s to %s on this host; it watches attempt %d now",
                 run.body.id,
-                holder.owner,
+                holder.daemon,
                 run.claim.task.attempt,
             )
             return
@@ -141,28 +141,28 @@ class Recovery(Part):
                 continue
             if held.task.id in mine:
                 continue
-            if held.host == self.owner.host and (
-                held.pid == self.owner.pid or not self._owner_alive(held.owner)
+            if held.host == self.daemon.host and (
+                held.pid == self.daemon.pid or not self._daemon_alive(held.daemon)
             ):
                 self._take(held, now, mono, "its daemon is gone")
             elif trusted and self.clock.may_start(held.expiry, now):
                 self._take(held, now, mono, "its lease expired")
 
-    def _owner_alive(self, owner: str) -> bool:
-        if status.owner_alive(self.spool.run, owner):
+    def _daemon_alive(self, daemon: str) -> bool:
+        if status.daemon_alive(self.spool.run, daemon):
             return True
-        status.forget(self.spool.run, owner)
+        status.forget(self.spool.run, daemon)
         return False
 
     def _take(self, old: ClaimName, now: int, mono: int, why: str) -> None:
         expiry = self.expiry(now)
         try:
-            held = transitions.take_over(self.spool, old, self.owner, expiry, self.touched)
+            held = transitions.take_over(self.spool, old, self.daemon, expiry, self.touched)
         except FileNotFoundError:
             return  # the owner renewed it, finished it, or another daemon was first
         crash_point("daemon.taken-over")
-        log.info("took over %s from %s: %s", old.task.id, old.owner, why)
-        fields: dict[str, Any] = {"previous_owner": old.owner, "reason": why, "phase": old.phase}
+        log.info("took over %s from %s: %s", old.task.id, old.daemon, why)
+        fields: dict[str, Any] = {"previous_owner": old.daemon, "reason": why, "phase": old.phase}
         self.settler.note(held, Event.TAKEN_OVER, now, **fields)
         if held.phase == Phase.CLAIMED:
             self.settler.release(held, now, "claimed but never started")
@@ -197,12 +197,12 @@ class Recovery(Part):
             run.started_mono -= max(0, now - parse_when(str(start["time"]), 0))
         # The supervisor's lock is only meaningful on its own host: a lock
         # taken over a shared filesystem proves nothing.
-        if old.host == self.owner.host and attemptfiles.supervisor_alive(log_dir, attempt):
+        if old.host == self.daemon.host and attemptfiles.supervisor_alive(log_dir, attempt):
             self.attempts.add_adopted(run, None if start is None else start.get("proc_start"))
             if held.phase == Phase.CANCELLING:
                 self.stop_for_cancel(run, mono)
-            self.settler.note(held, Event.ADOPTED, now, previous_owner=old.owner, pid=run.pid)
-            log.info("adopted running attempt %d of %s from %s", attempt, body.id, old.owner)
+            self.settler.note(held, Event.ADOPTED, now, previous_owner=old.daemon, pid=run.pid)
+            log.info("adopted running attempt %d of %s from %s", attempt, body.id, old.daemon)
             return
         self._settle_orphan(run, old, log_dir, now)
 
@@ -214,18 +214,18 @@ class Recovery(Part):
             # Its daemon died between creating the status file and the spawn.
             self.settler.settle_unbegun(run.claim, now, "never began")
             return
-        if code is None and old.host != self.owner.host:
+        if code is None and old.host != self.daemon.host:
             run.notes.append(
-                f"lost: {old.owner}'s lease expired with the attempt in flight; "
+                f"lost: {old.daemon}'s lease expired with the attempt in flight; "
                 "it may have run in part, or still run there"
             )
-            log.warning("attempt %d of %s was lost with %s's lease", attempt, task_id, old.owner)
+            log.warning("attempt %d of %s was lost with %s's lease", attempt, task_id, old.daemon)
         elif code is None:
             run.notes.append("lost: in flight when its daemon died; it may have run in part")
             log.warning("attempt %d of %s was lost with its daemon", attempt, task_id)
         else:
             run.notes.append(
-                f"ended while no daemon watched; status recorded by {old.owner}'s child"
+                f"ended while no daemon watched; status recorded by {old.daemon}'s child"
             )
         self.settler.ended(run, code, now, None)
 

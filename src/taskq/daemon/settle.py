@@ -65,10 +65,10 @@ class Settler:
         return asked if os.path.exists(self.spool.claim_path(asked)) else None
 
     def _lost_race(self, held: ClaimName, now: int, when: str, ran: bool = True) -> None:
-        """Our claim's rename found it gone: settle a cancel, or leave it to its new owner.
+        """Our claim's rename found it gone: settle a cancel, or leave it to its new holder.
 
         If the attempt ran, another daemon took the claim over while it was in
-        flight (we were paused past the lease): it may run again there, so the
+        flight (we were stopped past the lease): it may run again there, so the
         journal records this attempt as one whose lease was lost.
         """
         asked = self.cancelling(held)

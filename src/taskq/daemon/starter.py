@@ -28,7 +28,7 @@ from taskq.times.timespec import MS, SECOND, format_duration, format_iso
 log = logging.getLogger("taskq")
 
 SPIN = 2 * MS  # a prepared task due sooner than this is waited for in place
-FULL_PAUSE = 5 * SECOND  # no dispatching this long after the spool was full
+FULL_WAIT = 5 * SECOND  # no dispatching this long after the spool was full
 
 
 class Starter(Part):
@@ -45,7 +45,7 @@ class Starter(Part):
         self.attempts = attempts
         self.remeasure = remeasure  # measure the clock again (after a step)
         self.on_start = on_start  # an attempt started: (lateness, now), for the metrics
-        self.paused_until = 0  # monotonic µs: no dispatching before (the spool was full)
+        self.full_until = 0  # monotonic µs: no dispatching before (the spool was full)
 
     def start_due(self, prepared: list[Prepared]) -> list[Prepared]:
         """Spawn the prepared tasks that are due; return the rest for a later turn.
@@ -134,10 +134,10 @@ class Starter(Part):
             Event.START,
             now,
             attempt=held.task.attempt,
-            host=self.owner.host,
+            host=self.daemon.host,
             pid=child.pid,
             proc_start=child.proc_start,
-            daemon_pid=self.owner.pid,
+            daemon_pid=self.daemon.pid,
             run_at=format_iso(held.task.run_at),
             lateness=lateness / SECOND,
             fence=fence.token(held),
@@ -172,8 +172,8 @@ class Starter(Part):
             # Not a failed attempt: the task returns to pending unchanged, and
             # dispatching pauses a while; it runs once the spool can be written.
             self.settler.release(ready.claim, now, f"cannot start: {e.strerror}")
-            self.paused_until = self.clock.mono() + FULL_PAUSE
-            pause = format_duration(FULL_PAUSE)
+            self.full_until = self.clock.mono() + FULL_WAIT
+            pause = format_duration(FULL_WAIT)
             log.error(
                 "cannot start %s: %s; pausing dispatch for %s", ready.body.id, e.strerror, pause
             )

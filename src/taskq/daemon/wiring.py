@@ -33,7 +33,7 @@ from taskq.observe.metrics import Metrics
 from taskq.schedules.materialise import Materialiser
 from taskq.spool import config
 from taskq.spool.layout import Spool
-from taskq.spool.transitions import Owner
+from taskq.spool.transitions import DaemonId
 from taskq.times.clock import Clock
 from taskq.times.timespec import SECOND
 
@@ -65,7 +65,7 @@ def build_parts(
     spool: Spool,
     settings: Settings,
     clock: Clock,
-    owner: Owner,
+    daemon: DaemonId,
     on_measured: Callable[[bool], None] = lambda regained: None,
 ) -> Parts:
     """Make one daemon's parts, each told of the others it reports to.
@@ -77,7 +77,7 @@ def build_parts(
     drop = spool.drop if spool.shared() else None
     wake = Wakeups(spool.doorbell, settings.doorbell_poll, clock.mono, drop)
     commit = GroupCommit(clock.mono, lambda: wake.continued)
-    health = Health(spool.run, owner.host, owner.pid, _public(settings))
+    health = Health(spool.run, daemon.host, daemon.pid, _public(settings))
     attempts = Attempts(settings.kill_grace, wake.watch, wake.unwatch)
     metrics = Metrics(settings.host_id, spool.root, settings.workers)
     exporter = Exporter(
@@ -89,7 +89,7 @@ def build_parts(
     settler = Settler(
         spool, commit, backoff, lambda name: None, aftermath.ended, on_attempt_end=metrics.ended
     )
-    crew = Crew(spool, owner, clock, settings.lease, commit, settler)
+    crew = Crew(spool, daemon, clock, settings.lease, commit, settler)
     limits = ClusterLimits(
         crew,
         {**spool_config.queue_limits(), **settings.queue_limits},

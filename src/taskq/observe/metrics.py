@@ -132,9 +132,9 @@ class Metrics:
         """An attempt ended with this status (None: lost; negative: a signal)."""
         self._attempts.labels(**self.labels, outcome=outcome(code)).inc()
 
-    def looped(self, snap: Snapshot, paused: bool) -> None:
-        """The loop's state after an iteration; paused: a full spool holds dispatching."""
-        dispatching = snap.dispatching and not paused
+    def looped(self, snap: Snapshot, spool_full: bool) -> None:
+        """The loop's state after an iteration; spool_full: a full spool holds dispatching."""
+        dispatching = snap.dispatching and not spool_full
         self.loop = LoopState(dispatching, snap.uncertainty / SECOND, snap.busy, time.time())
 
     def stopped(self) -> None:

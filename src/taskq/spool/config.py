@@ -25,7 +25,7 @@ from taskq.text.lazyre import Lazy
 from taskq.times.timespec import SECOND, parse_duration
 
 if TYPE_CHECKING:
-    from taskq.spool.runas import Policy
+    from taskq.spool.runas import UserRules
 
 _LIMITS = ("max_overdue", "min_free_bytes", "min_free_inodes")
 _SIZE = Lazy(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
@@ -80,16 +80,16 @@ class SpoolConfig:
         )
 
     @functools.cached_property
-    def security(self) -> Policy:
+    def security(self) -> UserRules:
         """The [security] table: allow = [users] (absent: all), deny = [users]."""
         table = self.doc.get("security", {})
         if not isinstance(table, dict) or set(table) - {"allow", "deny"}:
             raise ConfigError(f"{self.path}: [security] takes only allow and deny")
         allow = _users(self.path, table, "allow")
         deny = _users(self.path, table, "deny")
-        from taskq.spool.runas import Policy  # the daemon's alone: off submit's import budget
+        from taskq.spool.runas import UserRules  # the daemon's alone: off submit's import budget
 
-        return Policy(allow=allow, deny=deny or frozenset())
+        return UserRules(allow=allow, deny=deny or frozenset())
 
     @functools.cached_property
     def queues(self) -> dict[str, QueueSettings]:

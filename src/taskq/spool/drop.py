@@ -255,7 +255,7 @@ class Claimed(NamedTuple):
         return f"{self.name}_{format_compact(self.expiry)}_{self.pid}_{self.host}"
 
     @property
-    def owner(self) -> str:
+    def daemon(self) -> str:
         return f"{self.host}_{self.pid}"
 
 

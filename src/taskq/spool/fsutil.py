@@ -52,11 +52,11 @@ def rename_cas(
     where the kernel and filesystem offer it; where they refuse it (NFS, most
     FUSE filesystems: EINVAL), a plain rename() is used, and taskq relies on
     destination names that no other file can have (task ids are unique, and
-    a claim's name carries its owner, phase and lease). Never link()+unlink():
+    a claim's name carries its daemon, phase and lease). Never link()+unlink():
     two actors can both link one source to two names, and both "win".
 
     unique=True says dst is a name only this caller can produce (a claim
-    name with our owner and lease in it). Then a FileNotFoundError with dst
+    name with our daemon's name and lease in it). Then a FileNotFoundError with dst
     present and src gone is our own rename answered twice (an NFS client
     retransmitting it after a lost reply), and counts as a win.
 

@@ -18,7 +18,7 @@ by which daemon.
   to tmp/ (the compare-and-swap: one actor wins, a renamed or renewed
   lease is ENOENT), then rmdir the emptied permit directory.
 * Hand over (a daemon adopting an orphaned attempt): rename the lease file
-  to the new owner's name, in place.
+  to the new holder's name, in place.
 
 A rate permit's lease runs for the period from the start it allowed and is
 never renewed nor given back: it is free again once expired and reclaimed.
@@ -83,7 +83,7 @@ class Lease(NamedTuple):
         return f"{self.task_id}_{format_compact(self.expiry)}_{self.pid}_{self.host}"
 
     @property
-    def owner(self) -> str:
+    def daemon(self) -> str:
         return f"{self.host}_{self.pid}"
 
     @classmethod
@@ -237,7 +237,7 @@ class Holding(NamedTuple):
             "name": self.permit.name,
             "number": self.permit.number,
             "task": self.lease.task_id,
-            "owner": self.lease.owner,
+            "owner": self.lease.daemon,
             "since": format_iso(self.since),
             "lease_expiry": format_iso(self.lease.expiry),
         }

@@ -36,7 +36,9 @@ def requester(body: TaskBody, file_uid: int) -> int:
 
 
 @dataclass(frozen=True)
-class Policy:
+class UserRules:
+    """Whose tasks may run here: config.toml's [security] allow and deny lists."""
+
     allow: frozenset[str] | None = None  # None: every user
     deny: frozenset[str] = frozenset()
 
@@ -60,7 +62,7 @@ class RunAs:
 ACCOUNT_TTL = 10.0  # seconds a user's passwd entry and groups are reused for
 
 
-def run_as(owner: int, policy: Policy) -> RunAs:
+def run_as(owner: int, rules: UserRules) -> RunAs:
     """The identity for a task file owned by uid `owner`; ValueError says why not."""
     me = os.geteuid()
     if me != 0 and owner != me:
@@ -69,15 +71,13 @@ def run_as(owner: int, policy: Policy) -> RunAs:
     if account is None:
         if (
             owner == me
-            and str(me) not in policy.deny
-            and (policy.allow is None or str(me) in policy.allow)
+            and str(me) not in rules.deny
+            and (rules.allow is None or str(me) in rules.allow)
         ):  # our own task, under a bare uid (a container): no switch needed
             home = os.environ.get("HOME", "/")
             return RunAs(me, os.getegid(), tuple(os.getgroups()), str(me), home)
         raise ValueError(f"owned by uid {owner}, which has no passwd entry")
-    if account.name in policy.deny or (
-        policy.allow is not None and account.name not in policy.allow
-    ):
+    if account.name in rules.deny or (rules.allow is not None and account.name not in rules.allow):
         raise ValueError(f"owned by {account.name}, who may not run tasks here (config.toml)")
     return account
 

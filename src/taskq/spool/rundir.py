@@ -22,9 +22,9 @@ from taskq.times.timespec import SECOND
 from taskq.times.when import parse_when
 
 
-def owner_alive(run_dir: str, owner: str) -> bool:
+def daemon_alive(run_dir: str, daemon: str) -> bool:
     """Tell whether a daemon of this host holds its lock (is alive)."""
-    return locks.held(daemon_file(run_dir, owner, LOCK))
+    return locks.held(daemon_file(run_dir, daemon, LOCK))
 
 
 def record_alive(run_dir: str, record: dict[str, Any], local_host: str, now: int) -> bool:
@@ -34,7 +34,7 @@ def record_alive(run_dir: str, record: dict[str, Any], local_host: str, now: int
     whose lock we may not be able to judge, counts while it is fresh (three
     clock checks old at most, by our clock: clocks may disagree).
     """
-    if owner_alive(run_dir, str(record.get("owner"))):
+    if daemon_alive(run_dir, str(record.get("owner"))):
         return True
     if record.get("host") == local_host:
         return False
@@ -53,24 +53,24 @@ def daemons(run_dir: str, local_host: str, now: int) -> list[dict[str, Any]]:
     return records
 
 
-def forget(run_dir: str, owner: str) -> None:
+def forget(run_dir: str, daemon: str) -> None:
     """Remove a dead daemon's files from run/."""
     for kind in DAEMON_FILES:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(daemon_file(run_dir, owner, kind))
+            os.unlink(daemon_file(run_dir, daemon, kind))
 
 
-def write(run_dir: str, owner: str, record: dict[str, Any]) -> None:
+def write(run_dir: str, daemon: str, record: dict[str, Any]) -> None:
     """Replace a daemon's record atomically; failures are the caller's to log."""
     data = (json.dumps(record) + "\n").encode()
-    staging = os.path.join(run_dir, f".{owner}.status.tmp")
-    fsutil.replace_file(daemon_file(run_dir, owner, RECORD), data, sync=False, staging=staging)
+    staging = os.path.join(run_dir, f".{daemon}.status.tmp")
+    fsutil.replace_file(daemon_file(run_dir, daemon, RECORD), data, sync=False, staging=staging)
 
 
-def remove(run_dir: str, owner: str) -> None:
+def remove(run_dir: str, daemon: str) -> None:
     """Remove a daemon's record, if it is there."""
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(daemon_file(run_dir, owner, RECORD))
+        os.unlink(daemon_file(run_dir, daemon, RECORD))
 
 
 def read_all(run_dir: str) -> list[dict[str, Any]]:

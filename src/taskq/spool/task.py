@@ -1,7 +1,7 @@
 """The task body and the spool's file names: parse and format, no I/O.
 
 A file's name carries what the scheduler sorts and compares without opening
-it (run_at, id, attempt and, in claimed/, the phase, lease expiry and owner);
+it (run_at, id, attempt and, in claimed/, the phase, lease expiry and daemon);
 its body is the submitted request, immutable JSON. Every parser here rejects
 anything it did not produce, so a foreign file can be quarantined.
 """
@@ -264,7 +264,7 @@ class TaskName(_Name):
 
 
 class ClaimName(_Name):
-    """The name of a file in claimed/: the task name, phase, lease and owner."""
+    """The name of a file in claimed/: the task name, phase, lease and the daemon holding it."""
 
     __slots__ = ("expiry", "host", "phase", "pid", "task")
     _FIELDS = ("task", "phase", "expiry", "pid", "host")
@@ -298,8 +298,8 @@ class ClaimName(_Name):
         return cls(task, Phase(m.group(2)), parse_compact(m.group(3)), int(m.group(4)), m.group(5))
 
     @property
-    def owner(self) -> str:
-        """The owning daemon, as named in run/: HOST_PID."""
+    def daemon(self) -> str:
+        """The daemon that holds the claim, as named in run/: HOST_PID."""
         return f"{self.host}_{self.pid}"
 
 

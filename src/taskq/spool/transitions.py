@@ -36,7 +36,7 @@ Touched = set[str]  # directories whose entries changed, to be fsynced together
 
 
 @dataclass(frozen=True)
-class Owner:
+class DaemonId:
     """A daemon as it names itself in claims: host id and pid."""
 
     host: str
@@ -89,12 +89,12 @@ def claim(
     spool: Spool,
     pending_path: str,
     name: TaskName,
-    owner: Owner,
+    daemon: DaemonId,
     expiry: int,
     touched: Touched | None = None,
 ) -> ClaimName:
     """pending -> claimed: take a due task under a lease."""
-    new = ClaimName(name, Phase.CLAIMED, expiry, owner.pid, owner.host)
+    new = ClaimName(name, Phase.CLAIMED, expiry, daemon.pid, daemon.host)
     # Through the bucket as opened now, never through a link put in its place
     # since it was listed: CorruptFile if the bucket is a link.
     bucket = fsutil.open_dir(os.path.dirname(pending_path))
@@ -120,10 +120,10 @@ def renew(spool: Spool, held: ClaimName, expiry: int, touched: Touched | None = 
 
 
 def take_over(
-    spool: Spool, held: ClaimName, owner: Owner, expiry: int, touched: Touched | None = None
+    spool: Spool, held: ClaimName, daemon: DaemonId, expiry: int, touched: Touched | None = None
 ) -> ClaimName:
-    """Make another owner's claim ours, keeping its phase; fails if it moved."""
-    new = held.with_(pid=owner.pid, host=owner.host, expiry=expiry)
+    """Make another daemon's claim ours, keeping its phase; fails if it moved."""
+    new = held.with_(pid=daemon.pid, host=daemon.host, expiry=expiry)
     return _rename_claim(spool, held, new, touched)
 
 

@@ -24,7 +24,7 @@ def put(spool: Spool, run_at: int, queue: str = "default") -> TaskName:
 
 
 def orders(me: str, peers: list[Peer] = PEERS) -> ClaimOrder:
-    order = ClaimOrder(me, next((p.workers for p in peers if p.owner == me), 8))
+    order = ClaimOrder(me, next((p.workers for p in peers if p.daemon == me), 8))
     order.set_peers(peers)
     return order
 
@@ -44,7 +44,7 @@ def drain(index: DueIndex, now: int) -> list[TaskName]:
 
 def test_every_task_has_one_first_taker_all_agree_on() -> None:
     ids = [new_id(NOW) for _ in range(3000)]
-    views = [orders(p.owner) for p in PEERS]
+    views = [orders(p.daemon) for p in PEERS]
     for task_id in ids:
         takers = [v.first_taker(task_id) for v in views]
         assert len(set(takers)) == 1
@@ -67,7 +67,7 @@ def test_in_a_burst_each_daemon_first_tries_its_own_tasks(tmp_path: Path) -> Non
     burst = [put(spool, NOW - SECOND) for _ in range(90)]
     firsts = []
     for peer in PEERS:
-        index = index_of(spool, peer.owner)
+        index = index_of(spool, peer.daemon)
         order = index.order
         taken = drain(index, NOW)
         assert sorted(taken) == sorted(burst)  # every task, in the end
@@ -82,7 +82,7 @@ def test_another_daemons_task_waits_its_turn_then_is_taken(tmp_path: Path) -> No
     spool = Spool(str(tmp_path / "spool"))
     spool.init()
     task = put(spool, NOW)
-    me = next(p.owner for p in PEERS if not orders(p.owner).mine(task.id))
+    me = next(p.daemon for p in PEERS if not orders(p.daemon).mine(task.id))
     index = index_of(spool, me)
     assert index.pop_due(lambda t: t <= NOW, lambda q: True) is None  # its taker's chance
     wake = index.next_run_at()

@@ -25,7 +25,7 @@ from taskq.spool import journal, transitions, walk
 from taskq.spool.layout import Spool
 from taskq.spool.states import Phase, State
 from taskq.spool.task import DEFAULT_PATH, ClaimName, TaskBody, TaskName, new_id
-from taskq.spool.transitions import Owner
+from taskq.spool.transitions import DaemonId
 from taskq.times.clock import Clock
 from taskq.times.timespec import MS, SECOND
 
@@ -53,9 +53,9 @@ class Parts:
         self.t = Hands()
         self.clock = Clock(1 * MS, 2 * SECOND, wall=lambda: self.t.wall, mono=lambda: self.t.mono)
         self.clock.set_offset(0)
-        self.owner = Owner(host, pid)
+        self.daemon = DaemonId(host, pid)
         settings = Settings(host_id=host, lease=10 * SECOND, kill_grace=2 * SECOND)
-        built = build_parts(self.spool, settings, self.clock, self.owner)
+        built = build_parts(self.spool, settings, self.clock, self.daemon)
         self.commit, self.settler, self.dispatcher = built.commit, built.settler, built.dispatcher
         self.attempts, self.recovery = built.attempts, built.recovery
         self.requeued: list[TaskName] = []  # what the settler handed back to the due index

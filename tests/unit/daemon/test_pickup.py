@@ -24,7 +24,7 @@ from taskq.spool import runas as security
 from taskq.spool.drop import Claimed, DropName, Request
 from taskq.spool.layout import DROP_DIRS, Spool
 from taskq.spool.task import TaskBody, new_id
-from taskq.spool.transitions import Owner
+from taskq.spool.transitions import DaemonId
 from taskq.times.clock import Clock
 from taskq.times.timespec import HOUR, MS, SECOND
 
@@ -43,8 +43,8 @@ class Bed:
         self.clock.set_offset(0)
         commit = GroupCommit(self.clock.mono)
         settler = Settler(self.spool, commit, Backoff(), lambda name: None)
-        crew = Crew(self.spool, Owner("h1", pid), self.clock, 10 * SECOND, commit, settler)
-        self.pickup = Pickup(crew, security.Policy(), HOUR)
+        crew = Crew(self.spool, DaemonId("h1", pid), self.clock, 10 * SECOND, commit, settler)
+        self.pickup = Pickup(crew, security.UserRules(), HOUR)
 
     def later(self, us: int) -> None:
         self.wall += us

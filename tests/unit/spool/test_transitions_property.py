@@ -25,7 +25,7 @@ from taskq.spool import byid, transitions, walk
 from taskq.spool.layout import Located, Spool
 from taskq.spool.states import END_STATES, State
 from taskq.spool.task import ClaimName, TaskBody, new_id
-from taskq.spool.transitions import Owner
+from taskq.spool.transitions import DaemonId
 
 ACTORS = ("a", "b")
 actor = st.sampled_from(ACTORS)
@@ -38,7 +38,7 @@ class TwoActors(RuleBasedStateMachine):
         self.spool = Spool(str(Path(self.dir) / "spool"))
         self.spool.init()
         self.id = submit(self.spool, TaskBody(new_id(1), ["true"], 1_000_000, 0))[0].id
-        self.owner = {x: Owner(x, 100 + i) for i, x in enumerate(ACTORS)}
+        self.daemons = {x: DaemonId(x, 100 + i) for i, x in enumerate(ACTORS)}
         self.seen: dict[str, Located | None] = dict.fromkeys(ACTORS)
         self.holds: dict[str, ClaimName | None] = dict.fromkeys(ACTORS)
         self.starts: collections.Counter[int] = collections.Counter()
@@ -70,7 +70,7 @@ class TwoActors(RuleBasedStateMachine):
             return
         try:
             self.holds[x] = transitions.claim(
-                self.spool, seen.path, seen.name, self.owner[x], self.tick()
+                self.spool, seen.path, seen.name, self.daemons[x], self.tick()
             )
         except FileNotFoundError:
             pass
@@ -105,7 +105,7 @@ class TwoActors(RuleBasedStateMachine):
             return
         try:
             self.holds[x] = transitions.take_over(
-                self.spool, seen.claim, self.owner[x], self.tick()
+                self.spool, seen.claim, self.daemons[x], self.tick()
             )
         except FileNotFoundError:
             pass
