@@ -72,7 +72,8 @@ def report(what: str, runs: list[tuple[float, float, float]], n: int) -> None:
 def parse_only(data: bytes) -> float:
     """CPU seconds of turning the batch into checked bodies, in this process."""
     from taskq.client import batch
-    from taskq.client.request import Request, environment
+    from taskq.client.request import environment
+    from taskq.spool.task import Request
 
     now = time.time_ns() // 1000
     defaults = Request(run_at=now, cwd="/", env=environment(()))

@@ -275,7 +275,15 @@ def _library_submits(root: Path, n: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         now = now_us()
-        submit(spool, TaskBody(new_id(now), ["true"], now + round((3600 + i * 8.64) * 1e6), now))
+        submit(
+            spool,
+            TaskBody(
+                id=new_id(now),
+                argv=["true"],
+                run_at=now + round((3600 + i * 8.64) * 1e6),
+                submitted_at=now,
+            ),
+        )
     return n / (time.perf_counter() - t0)
 
 

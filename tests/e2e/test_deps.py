@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
-from taskq.client.request import Request
+from taskq.client import request
 from taskq.client.submit import submit
 from taskq.spool import byid, ending
 from taskq.spool.layout import Spool
 from taskq.spool.states import State
+from taskq.spool.task import Request
 from taskq.times.clock import wall_us
 from taskq.times.timespec import DAY
 from taskq.times.when import parse_when
@@ -132,7 +133,7 @@ def test_waiting_tasks_cost_the_daemon_nothing(tq: Taskq, start_daemon: StartDae
     now = wall_us()
     first = tq.submit("--in", "1d", "--", "true")
     req = Request(run_at=now, cwd="/", after=[first])
-    ids = [submit(spool, req.body(["true"], now))[0].id for _ in range(500)]
+    ids = [submit(spool, request.body(req, ["true"], now))[0].id for _ in range(500)]
     # A file in waiting/ that nobody links: a daemon that read waiting/ would
     # quarantine it; one that never looks there leaves it.
     (tq.spool / "waiting" / "garbage").write_text("not a task")

@@ -23,10 +23,10 @@ def put(tq: Taskq, queue: str, run_at: int, script: str) -> str:
     """Submit through the library (fast), as the CLI would."""
     now = time.time_ns() // 1000
     body = TaskBody(
-        new_id(now),
-        ["sh", "-c", script],
-        run_at,
-        now,
+        id=new_id(now),
+        argv=["sh", "-c", script],
+        run_at=run_at,
+        submitted_at=now,
         cwd="/",
         env={"PATH": DEFAULT_PATH},
         queue=queue,

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import Daemon, Taskq, read_stamps, stamp_cmd
 
-from taskq.client.request import Request
+from taskq.client import request
 from taskq.client.submit import publish
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool
-from taskq.spool.task import TaskName
+from taskq.spool.task import Request, TaskName
 from taskq.times.clock import wall_us
 
 StartDaemon = Callable[..., Daemon]
@@ -31,7 +31,7 @@ def rss_mb(pid: int) -> float:
 def _unannounced(tq: Taskq) -> str:
     """A due task placed without ringing the doorbell: only a rescan (--rescan) finds it."""
     spool = Spool(str(tq.spool))
-    body = Request(run_at=wall_us(), cwd="/").body(["true"], wall_us())
+    body = request.body(Request(run_at=wall_us(), cwd="/"), ["true"], wall_us())
     fsutil.write_new(spool.tmp_body(body.id), body.to_json())
     publish(spool, spool.tmp_body(body.id), TaskName(body.run_at, body.id, 1))
     return body.id
@@ -90,7 +90,9 @@ def test_submit_survives_a_racing_bucket_removal(tmp_path: Path) -> None:
             time.sleep(0.0001)  # far more often than any daemon, which does it once a rescan
 
     def body() -> TaskBody:
-        return TaskBody(new_id(time.time_ns() // 1000), ["true"], run_at, 0)
+        return TaskBody(
+            id=new_id(time.time_ns() // 1000), argv=["true"], run_at=run_at, submitted_at=0
+        )
 
     thread = threading.Thread(target=remover)
     thread.start()

@@ -396,11 +396,13 @@ def test_a_file_forged_under_a_new_tasks_name_gives_way_to_the_task(tmp_path: Pa
     spool = Spool(str(tmp_path / "spool"))
     spool.init()
     now = parse_when("now", 0)
-    body = TaskBody(new_id(now), ["true"], now + 3_600_000_000, now)
+    body = TaskBody(id=new_id(now), argv=["true"], run_at=now + 3_600_000_000, submitted_at=now)
     name = TaskName(body.run_at, body.id, 1, body.queue)
     bucket = Path(spool.bucket_dir(name.bucket))
     bucket.mkdir(parents=True)
-    forged = TaskBody(body.id, ["sh", "-c", "echo forged"], body.run_at, now)
+    forged = TaskBody(
+        id=body.id, argv=["sh", "-c", "echo forged"], run_at=body.run_at, submitted_at=now
+    )
     (bucket / str(name)).write_bytes(forged.to_json())
     assert submit(spool, body) == (name, True)
     assert (bucket / str(name)).read_bytes() == body.to_json()

@@ -26,7 +26,7 @@ from taskq.client.submit import submit
 from taskq.spool.layout import Spool
 from taskq.spool.task import DEFAULT_PATH, MAX_BODY, TaskBody, TaskName, bucket_of, new_id
 
-VALID_BODY = json.loads(TaskBody(new_id(0), ["true"], 0, 0).to_json())
+VALID_BODY = json.loads(TaskBody(id=new_id(0), argv=["true"], run_at=0, submitted_at=0).to_json())
 
 contents = st.one_of(
     st.binary(max_size=300),
@@ -91,7 +91,14 @@ def test_hostile_files_are_quarantined_and_the_daemon_carries_on(
         spool.init()
         now = time.time_ns() // 1000
         valid = submit(
-            spool, TaskBody(new_id(now), ["true"], now, now, env={"PATH": DEFAULT_PATH})
+            spool,
+            TaskBody(
+                id=new_id(now),
+                argv=["true"],
+                run_at=now,
+                submitted_at=now,
+                env={"PATH": DEFAULT_PATH},
+            ),
         )[0].id
         bucket = bucket_of(1_700_000_000_000_000)
         dropped = [drop(tq.spool, bucket, n, *f) for n, f in enumerate(files)]
@@ -123,7 +130,12 @@ def test_strays_are_left_alone(tq: Taskq, start_daemon: Any) -> None:
     spool = Spool(str(tq.spool))
     spool.init()
     now = time.time_ns() // 1000
-    task = submit(spool, TaskBody(new_id(now), ["true"], now, now, env={"PATH": DEFAULT_PATH}))[0]
+    task = submit(
+        spool,
+        TaskBody(
+            id=new_id(now), argv=["true"], run_at=now, submitted_at=now, env={"PATH": DEFAULT_PATH}
+        ),
+    )[0]
     bucket = tq.spool / "pending" / task.bucket
     strays = [
         bucket / ".nfs000000000123abcd00000001",

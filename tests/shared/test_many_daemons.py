@@ -80,10 +80,10 @@ def test_four_daemons_skewed_clocks_never_early_exactly_once(
     for i in range(n):
         due = base + i * 20 * SECOND // n
         body = TaskBody(
-            new_id(time.time_ns() // 1000),
-            real_stamp(stamps),
-            due,
-            time.time_ns() // 1000,
+            id=new_id(time.time_ns() // 1000),
+            argv=real_stamp(stamps),
+            run_at=due,
+            submitted_at=time.time_ns() // 1000,
             cwd=str(tmp_path),
             env={"PATH": DEFAULT_PATH},
         )

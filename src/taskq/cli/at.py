@@ -30,7 +30,7 @@ from taskq.daemon.loadgate import BATCH_QUEUE
 from taskq.errors import BadInput, TaskqError
 from taskq.spool import config, listing
 from taskq.spool.states import State
-from taskq.spool.task import DEFAULT_QUEUE, MAX_STDIN, check_queue
+from taskq.spool.task import DEFAULT_QUEUE, MAX_STDIN, Request, check_queue
 from taskq.times import zones
 from taskq.times.clock import wall_us
 from taskq.times.timespec import parse_compact, us_to_datetime
@@ -119,7 +119,7 @@ def _queue_job(
 ) -> None:
     """Submit the job read from file (or standard input); print at's lines and the id."""
     script = _read_job(file)
-    job = request.Request(
+    job = Request(
         run_at=run_at,
         cwd=request.directory("the working directory", os.getcwd()),
         env=request.environment((), submitter.record(os.environ)),
@@ -130,7 +130,7 @@ def _queue_job(
         env_recorded=True,
         mail=mail,
     )
-    body = job.body([SHELL], now)
+    body = request.body(job, [SHELL], now)
     spool = spool_of(ctx)
     init_spool(spool)
     limits.check(spool, config.load(spool.root).limits, now, adding=1)

@@ -40,6 +40,7 @@ from taskq.spool.task import (
     DEFAULT_QUEUE,
     MAX_PRIORITY,
     MAX_STDIN,
+    Request,
     TaskName,
     check_queue,
 )
@@ -212,7 +213,7 @@ def _build(opts: dict[str, Any], now: int) -> Schedule:
         start=start,
         end=end,
     )
-    template = request.Request(
+    template = Request(
         run_at=now,
         cwd=request.directory("--cwd", os.path.abspath(opts["cwd"] or os.getcwd())),
         env=request.environment(opts["env"]),
@@ -222,14 +223,15 @@ def _build(opts: dict[str, Any], now: int) -> Schedule:
         expires=opts["expires"],
         stdin=_stdin() if opts["use_stdin"] else None,
         priority=opts["priority"],
-    ).body(opts["command"], now)
+    )
+    task = request.body(template, opts["command"], now)
     return Schedule(
         name=opts["name"],
         spec=spec,
         catchup=check_catchup(opts["catchup"]),
         overlap=opts["overlap"],
         jitter=opts["jitter"],
-        task=template,
+        task=task,
         created=now,
         since=now,
         also=tuple(crons[1:]),

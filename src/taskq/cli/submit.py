@@ -36,6 +36,7 @@ from taskq.spool.task import (
     MAX_AFTER,
     MAX_PRIORITY,
     MAX_STDIN,
+    Request,
     TaskBody,
     TaskName,
     check_id,
@@ -174,7 +175,7 @@ def submit_command(ctx: click.Context, /, **opts: Any) -> None:
     if opts["batch"] is None:
         if not opts["command"]:
             raise BadInput("missing COMMAND (or give --batch FILE)")
-        bodies = [_request(opts, now).body(opts["command"], now)]
+        bodies = [request.body(_request(opts, now), opts["command"], now)]
     else:
         bodies = _read_batch(opts, now)
     spool = spool_of(ctx)
@@ -259,9 +260,9 @@ def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:
         raise BadInput(f"cannot read --batch {opts['batch']}: {e.strerror}") from None
 
 
-def _request(opts: dict[str, Any], now: int) -> request.Request:
+def _request(opts: dict[str, Any], now: int) -> Request:
     """What submit's options ask for: every task's, or a batch's defaults."""
-    return request.Request(
+    return Request(
         run_at=request.run_at(opts["at"], opts["in_"], now),
         cwd=request.directory("--cwd", os.path.abspath(opts["cwd"] or os.getcwd())),
         env=request.environment(

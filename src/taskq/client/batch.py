@@ -21,9 +21,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 from taskq.client import request
-from taskq.client.request import Request
 from taskq.errors import BadInput
-from taskq.spool.task import MAX_BODY, MAX_PRIORITY, TaskBody, check_mutex, check_queue
+from taskq.spool.task import MAX_BODY, MAX_PRIORITY, Request, TaskBody, check_mutex, check_queue
 from taskq.times.timespec import MAX_DURATION, SECOND, parse_duration
 
 # A line's JSON may spell each character of a body as a six-byte escape
@@ -118,7 +117,7 @@ def _body(doc: dict[str, Any], defaults: Request, now: int) -> TaskBody:
     command = doc.get("command")
     if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
         raise BadInput("command must be a non-empty list of strings")
-    return defaults.body(command, now, _fields(doc, defaults, now))
+    return request.body(defaults, command, now, _fields(doc, defaults, now))
 
 
 def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:

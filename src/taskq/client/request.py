@@ -1,4 +1,4 @@
-"""A submission request, from submit's options or a batch line, and its task body.
+"""A submission's task body, from submit's options or a batch line: made and checked.
 
 The one place that says what a request may ask for: a run time (at a time
 or after a delay, not both), durations longer than zero, variable names,
@@ -15,22 +15,20 @@ be lost that way.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from taskq.errors import BadInput
 from taskq.spool.memo import LastOf
 from taskq.spool.task import (
-    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PATH,
-    DEFAULT_QUEUE,
     MAX_BODY,
     MAX_EXEC,
     MAX_EXEC_STRING,
     MAX_STDIN,
+    REQUESTED,
+    Request,
     TaskBody,
     new_id,
 )
@@ -41,51 +39,25 @@ MAX_ATTEMPTS = 1000  # the largest --max-attempts a request may ask for
 MAX_ENV = 256 << 10  # bytes of NAME=VALUE\0 a task's environment may take in its body
 
 
-@dataclass(frozen=True)
-class Request:
-    """Everything a submission asks for but its command; TaskBody's fields by name.
+def body(
+    request: Request, argv: Sequence[str], now: int, changes: Mapping[str, Any] | None = None
+) -> TaskBody:
+    """The task body asking to run argv as `request` says, submitted now, with a fresh id.
 
-    A batch line starts from the command line's request and replaces what
-    it gives (Request.body's changes).
+    `changes` replaces some of the request's fields for this body alone (a
+    batch line's), as dataclasses.replace would, without making a request.
+    Any Request will do, a body too (a schedule's template): only the
+    fields a request gives are read (task.REQUESTED).
     """
-
-    run_at: int
-    cwd: str
-    env: dict[str, str] = field(default_factory=lambda: environment(()))
-    queue: str = DEFAULT_QUEUE
-    key: str | None = None
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    timeout: int | None = None  # microseconds
-    expires: int | None = None  # microseconds after run_at
-    stdin: bytes | None = None
-    umask: int | None = None  # the submitter's (submitter.umask), or None: the daemon's
-    env_recorded: bool = False  # env starts from the submitter's (submitter.record)
-    after: list[str] = field(default_factory=list)
-    after_any: bool = False
-    mail: str | None = None
-    mutex: str | None = None
-    priority: int = 0
-
-    def body(
-        self, argv: Sequence[str], now: int, changes: Mapping[str, Any] | None = None
-    ) -> TaskBody:
-        """The task body asking to run argv so, submitted now, with a fresh id.
-
-        `changes` replaces some of the request's fields for this body alone (a
-        batch line's), as dataclasses.replace would, without making a request.
-        """
-        # Shallow, and the env shared, not copied: a body is never modified,
-        # and a batch's bodies that share one env have it checked and encoded
-        # once (memo.LastOf; python bench/run.py --only submit, --batch rows).
-        fields = {name: getattr(self, name) for name in _FIELDS}
-        if changes:
-            fields.update(changes)
-        body = TaskBody(id=new_id(now), argv=list(argv), submitted_at=now, **fields)
-        accepted(body)
-        return body
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(Request))
+    # Shallow, and the env shared, not copied: a body is never modified,
+    # and a batch's bodies that share one env have it checked and encoded
+    # once (memo.LastOf; python bench/run.py --only submit, --batch rows).
+    fields = {name: getattr(request, name) for name in REQUESTED}
+    if changes:
+        fields.update(changes)
+    made = TaskBody(id=new_id(now), argv=list(argv), submitted_at=now, **fields)
+    accepted(made)
+    return made
 
 
 def accepted(body: TaskBody) -> bytes:

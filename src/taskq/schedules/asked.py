@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from taskq.client import operations
+from taskq.client import operations, request
 from taskq.client.submit import submit
 from taskq.errors import BadInput, Conflict, NotFound, TaskqError
 from taskq.schedules.materialise import Pass, cancel_if_pending, running_before, running_ids
@@ -58,8 +58,8 @@ def run_now(store: Store, sched: Schedule, now: int, force: bool) -> tuple[Made,
             )
         if sched.overlap in ("queue", "replace"):
             after = running
-    body = sched.request(now, now, key=manual_key(sched.name, now), after=after)
-    name, created = submit(store.spool, body.body(sched.task.argv, now))
+    asked = sched.request(now, now, key=manual_key(sched.name, now), after=after)
+    name, created = submit(store.spool, request.body(asked, sched.task.argv, now))
     if created:
         store.log(sched.name, Event.MANUAL, now, slot=format_iso(now), task=name.id, after=after)
         store.add_live(sched.name, sched.since, name.id)
@@ -121,7 +121,7 @@ def _made_before(store: Store, name: str) -> dict[str, str]:
     """Slot -> task of the occurrences the journal says were made (their keys may be gone)."""
     out = {}
     for record in store.history(name):
-        if record.get("event") in ("made", "caught-up", "backfilled", "released"):
+        if record.get("event") in (Event.MADE, Event.CAUGHT_UP, Event.BACKFILLED, Event.RELEASED):
             slot, task = record.get("slot"), record.get("task")
             if isinstance(slot, str) and isinstance(task, str):
                 out[slot] = task
@@ -143,8 +143,8 @@ def _submit(
     store: Store, sched: Schedule, slot: int, key: str | None, after: list[str], now: int
 ) -> tuple[TaskName, bool]:
     live_after = [t for t in after if _exists(store, t)]
-    request = sched.request(slot, now, key=key, after=live_after)
-    return submit(store.spool, request.body(sched.task.argv, now))
+    asked = sched.request(slot, now, key=key, after=live_after)
+    return submit(store.spool, request.body(asked, sched.task.argv, now))
 
 
 def _exists(store: Store, task_id: str) -> bool:

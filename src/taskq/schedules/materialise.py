@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from taskq.client import operations
+from taskq.client import operations, request
 from taskq.client.submit import submit
 from taskq.errors import CorruptFile, NotFound, TaskqError
 from taskq.schedules import ends, following
@@ -350,7 +350,7 @@ def _top_up(p: Pass, sched: Schedule, state: Cursor) -> None:
 
 def make(p: Pass, sched: Schedule, state: Cursor, slot: int, run_at: int, event: Event) -> str | None:
     """Submit the occurrence of slot (or get the one already made); its name."""
-    body = sched.request(slot, run_at).body(sched.task.argv, p.now)
+    body = request.body(sched.request(slot, run_at), sched.task.argv, p.now)
     name, created = submit(p.spool, body)
     if created:
         p.store.log(sched.name, event, p.now, slot=format_iso(slot), task=name.id)

@@ -29,14 +29,13 @@ import shutil
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from taskq.client.request import Request
 from taskq.errors import BadInput, Conflict, CorruptFile, NotFound, TaskqError
 from taskq.schedules.rules import Rules, check_date
 from taskq.schedules.slots import Spec
 from taskq.spool import fsutil, journal
 from taskq.spool.journal import Event
 from taskq.spool.layout import CURSOR_FILE, SCHEDULE_FILE, Spool
-from taskq.spool.task import TaskBody, check_id, new_id
+from taskq.spool.task import Request, TaskBody, check_id, new_id
 from taskq.times.timespec import SECOND, format_iso
 from taskq.times.when import parse_when
 
@@ -112,26 +111,19 @@ class Schedule:
     def request(
         self, slot: int, run_at: int, key: str | None = None, after: list[str] | None = None
     ) -> Request:
-        """The request of the occurrence at slot (the one body builder is request.py's).
+        """The request of the occurrence at slot: the template's, at run_at, with its key.
 
         key: another key than the slot's (a manual run's); after: tasks it
         starts after, whatever their end (a manual run that queues).
         """
-        t = self.task
-        env = {**t.env, "TASKQ_SCHEDULE": self.name, "TASKQ_SCHEDULED_AT": format_iso(slot)}
-        return Request(
+        env = {**self.task.env, "TASKQ_SCHEDULE": self.name, "TASKQ_SCHEDULED_AT": format_iso(slot)}
+        return replace(
+            self.task,
             run_at=run_at,
-            cwd=t.cwd,
             env=env,
-            queue=t.queue,
             key=key or occurrence_key(self.name, slot),
             after=after or [],
             after_any=bool(after),
-            priority=t.priority,
-            max_attempts=t.max_attempts,
-            timeout=t.timeout,
-            expires=t.expires,
-            stdin=t.stdin,
         )
 
     def to_json(self) -> bytes:

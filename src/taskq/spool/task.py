@@ -8,6 +8,7 @@ anything it did not produce, so a foreign file can be quarantined.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -382,16 +383,18 @@ def _encoded_object(value: dict[str, Any]) -> str:
 _object = LastOf(_encoded_object)  # a batch's bodies share one env: encoded once
 
 
-@dataclass(frozen=True)
-class TaskBody:
-    """The submitted request, written once and never modified."""
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """Everything a submission asks for but its command: the fields a body keeps of it.
 
-    id: str
-    argv: list[str]
+    A request becomes a body (client.request.body) with a fresh id, its
+    command and when it was submitted; a batch line's request is the
+    command line's with some fields replaced.
+    """
+
     run_at: int
-    submitted_at: int
     cwd: str = "/"
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=lambda: {"PATH": DEFAULT_PATH})
     queue: str = DEFAULT_QUEUE
     key: str | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -408,6 +411,18 @@ class TaskBody:
     # daemon filed it from a member's drop file); None: its file's owner.
     submitter: int | None = None
     priority: int = 0  # --priority: higher first among the due tasks of its queue
+
+
+REQUESTED = tuple(f.name for f in dataclasses.fields(Request))  # what a body keeps of its request
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskBody(Request):
+    """The submitted request, written once and never modified: its id, command and submission."""
+
+    id: str
+    argv: list[str]
+    submitted_at: int
 
     def to_json(self) -> bytes:
         """Serialise to the on-disk JSON form (documented in taskq-spool(5)), once.

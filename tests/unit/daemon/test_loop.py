@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from taskq.client.request import Request
+from taskq.client import request
 from taskq.client.submit import submit
 from taskq.daemon.loop import Daemon
 from taskq.daemon.settings import Settings
 from taskq.spool import byid, journal
 from taskq.spool.layout import Spool
 from taskq.spool.states import Phase, State
+from taskq.spool.task import Request
 from taskq.times.clock import wall_us
 from taskq.times.timespec import HOUR, SECOND
 
@@ -26,8 +27,8 @@ def test_steps_start_what_is_due_settle_it_and_never_start_early(tmp_path: Path)
     spool.init()
     daemon = Daemon(spool, Settings(host_id="unit", workers=2))
     now = wall_us()
-    due = submit(spool, Request(run_at=now - SECOND, cwd="/").body(["true"], now))[0]
-    later = submit(spool, Request(run_at=now + HOUR, cwd="/").body(["true"], now))[0]
+    due = submit(spool, request.body(Request(run_at=now - SECOND, cwd="/"), ["true"], now))[0]
+    later = submit(spool, request.body(Request(run_at=now + HOUR, cwd="/"), ["true"], now))[0]
     daemon.step(now)
     assert [run.body.id for run in daemon.parts.attempts.all()] == [due.id]
     assert byid.locate(spool, later.id).state == State.PENDING

@@ -68,7 +68,14 @@ class Parts:
         self.settler.requeued = requeued
 
     def add(self, run_at: int, queue: str = "default", argv: tuple[str, ...] = ("true",)) -> str:
-        body = TaskBody(new_id(T0), list(argv), run_at, T0, queue=queue, env={"PATH": DEFAULT_PATH})
+        body = TaskBody(
+            id=new_id(T0),
+            argv=list(argv),
+            run_at=run_at,
+            submitted_at=T0,
+            queue=queue,
+            env={"PATH": DEFAULT_PATH},
+        )
         return submit(self.spool, body)[0].id
 
     def claims(self) -> list[ClaimName]:
@@ -218,7 +225,7 @@ def test_attempts_time_out_with_term_then_kill(tmp_path: Path) -> None:
     deadline = time.monotonic() + 30
     while not ready.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
-    body = TaskBody(new_id(T0), ["x"], T0, T0, timeout=1 * SECOND)
+    body = TaskBody(id=new_id(T0), argv=["x"], run_at=T0, submitted_at=T0, timeout=1 * SECOND)
     claim = ClaimName(TaskName(T0, body.id, 1), Phase.STARTED, T0, 1, "h")
     run = Running(claim, body, child, t.mono)
     attempts.add_child(run)

@@ -52,7 +52,13 @@ class Bed:
 
     def drop_task(self, **fields: object) -> str:
         task_id, nonce = drop.member_id(os.geteuid(), self.wall)
-        body = TaskBody(task_id, ["true"], self.wall + HOUR, self.wall, **fields)  # type: ignore[arg-type]
+        body = TaskBody(
+            id=task_id,
+            argv=["true"],
+            run_at=self.wall + HOUR,
+            submitted_at=self.wall,
+            **fields,  # type: ignore[arg-type]
+        )
         self.put(f"{task_id}.task", drop.encode_submission(nonce, body))
         return task_id
 
@@ -126,7 +132,7 @@ def test_junk_is_set_aside_and_unfinished_files_are_left(bed: Bed) -> None:
 
 def test_a_bad_body_or_a_foreign_id_is_refused_and_answered(bed: Bed) -> None:
     task_id, nonce = drop.member_id(os.geteuid() + 1, T0)  # made for another uid
-    body = TaskBody(task_id, ["true"], T0, T0)
+    body = TaskBody(id=task_id, argv=["true"], run_at=T0, submitted_at=T0)
     bed.put(f"{task_id}.task", drop.encode_submission(nonce, body))
     deep = new_id(T0)
     bed.put(f"{deep}.cancel", b"[" * 100_000)

@@ -91,7 +91,12 @@ def test_journal_tolerates_a_torn_line_and_reads_budgets(tmp_path: Path) -> None
 def test_runner_records_status_and_output_past_the_daemon(tmp_path: Path) -> None:
     (tmp_path / "logs" / "T").mkdir(parents=True)  # ownership.bind makes it
     log_dir = str(tmp_path / "logs" / "T")
-    body = TaskBody(new_id(NOW), ["sh", "-c", "echo out; echo err >&2; exit 3"], NOW, NOW)
+    body = TaskBody(
+        id=new_id(NOW),
+        argv=["sh", "-c", "echo out; echo err >&2; exit 3"],
+        run_at=NOW,
+        submitted_at=NOW,
+    )
     name = TaskName(NOW, body.id, 1)
     child = runner.spawn(body, name, log_dir, {"PATH": "/usr/bin:/bin"})
     assert attemptfiles.supervisor_alive(log_dir, 1) or attemptfiles.read_status(log_dir, 1) == 3
@@ -119,7 +124,12 @@ def test_runner_refuses_an_attempt_another_supervisor_holds(tmp_path: Path) -> N
     (tmp_path / "logs" / "T").mkdir(parents=True)  # ownership.bind makes it
     log_dir = str(tmp_path / "logs" / "T")
     gate = tmp_path / "gate"
-    body = TaskBody(new_id(NOW), ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.01; done"], 0, 0)
+    body = TaskBody(
+        id=new_id(NOW),
+        argv=["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.01; done"],
+        run_at=0,
+        submitted_at=0,
+    )
     name = TaskName(NOW, body.id, 1)
     first = runner.spawn(body, name, log_dir, {"PATH": "/usr/bin:/bin"})
     try:
@@ -136,10 +146,10 @@ def test_runner_never_reuses_an_attempt_that_ran(tmp_path: Path) -> None:
     """A second start of an attempt (a forged id, a stale claim) never appends to its output."""
     (tmp_path / "logs" / "T").mkdir(parents=True)  # ownership.bind makes it
     log_dir = str(tmp_path / "logs" / "T")
-    body = TaskBody(new_id(NOW), ["echo", "first"], 0, 0)
+    body = TaskBody(id=new_id(NOW), argv=["echo", "first"], run_at=0, submitted_at=0)
     name = TaskName(NOW, body.id, 1)
     os.waitpid(runner.spawn(body, name, log_dir, {"PATH": "/usr/bin:/bin"}).pid, 0)
-    again = TaskBody(body.id, ["echo", "second"], 0, 0)
+    again = TaskBody(id=body.id, argv=["echo", "second"], run_at=0, submitted_at=0)
     with pytest.raises(runner.AttemptUsed):
         runner.spawn(again, name, log_dir, {"PATH": "/usr/bin:/bin"})
     assert Path(layout.out_path(log_dir, 1)).read_text() == "first\n"
@@ -167,8 +177,8 @@ def test_last_of_answers_the_same_object_once_and_an_equal_one_anew() -> None:
 def test_a_batch_checks_each_lines_own_environment() -> None:
     """Bodies sharing the request's env are checked once; a line's own env is checked itself."""
     from taskq.client import batch
-    from taskq.client.request import Request
     from taskq.errors import BadInput
+    from taskq.spool.task import Request
 
     defaults = Request(run_at=0, cwd="/", env={"PATH": "/bin", "OK": "x"})
     data = b'{"command": ["true"]}\n{"command": ["true"]}\n'

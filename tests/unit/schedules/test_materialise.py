@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from taskq.client import operations
-from taskq.client.request import Request
+from taskq.client import operations, request
 from taskq.client.submit import submit
 from taskq.schedules import materialise
 from taskq.schedules.slots import Spec
 from taskq.schedules.store import Schedule, Store
 from taskq.spool import byid, journal, transitions
 from taskq.spool.layout import Spool
-from taskq.spool.task import ClaimName, TaskName
+from taskq.spool.task import ClaimName, Request, TaskName
 from taskq.times.timespec import HOUR, MAX_INSTANT, SECOND
 
 T0 = 1_800_000_000 * SECOND  # on the hour
@@ -26,7 +25,7 @@ def _store(root: Path, now: int) -> tuple[Store, Schedule]:
     spool = Spool(str(root))
     spool.init()
     store = Store(spool)
-    template = Request(run_at=now, cwd="/").body(["true"], now)
+    template = request.body(Request(run_at=now, cwd="/"), ["true"], now)
     sched = Schedule(
         name="hourly",
         spec=Spec(cron=None, every=HOUR, tz="UTC", anchor=T0),
@@ -48,7 +47,7 @@ def test_a_dependent_of_an_occurrence_skipped_while_paused_is_cancelled(tmp_path
     cursor = store.state(sched.name, sched.since).cursor_task
     assert cursor is not None
     occurrence = TaskName.parse(cursor).id
-    body = Request(run_at=now, cwd="/", after=[occurrence]).body(["true"], now)
+    body = request.body(Request(run_at=now, cwd="/", after=[occurrence]), ["true"], now)
     dependent = submit(store.spool, body)[0].id
     assert byid.locate(store.spool, dependent).state == "waiting"
     paused = store.with_paused(sched.name, True, now)
@@ -87,7 +86,7 @@ def _running_slot(tmp_path: Path) -> tuple[Store, Schedule, str, str]:
 
 def test_overlap_is_judged_before_any_claim_can_lead_the_slot() -> None:
     """A second more than a claim may lead; half of intervals shorter than 4 s."""
-    template = Request(run_at=T0, cwd="/").body(["true"], T0)
+    template = request.body(Request(run_at=T0, cwd="/"), ["true"], T0)
     for every, ahead in ((HOUR, 2 * SECOND), (2 * SECOND, SECOND), (SECOND, SECOND // 2)):
         spec = Spec(cron=None, every=every, tz="UTC", anchor=T0)
         sched = Schedule("s", spec, "skip", "replace", 0, template, T0, T0)

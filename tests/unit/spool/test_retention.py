@@ -7,18 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from taskq.client.request import Request
+from taskq.client import request
 from taskq.client.submit import submit
 from taskq.spool import fsck, retention
 from taskq.spool.keys import key_path
 from taskq.spool.layout import Spool
+from taskq.spool.task import Request
 from taskq.times.clock import wall_us
 from taskq.times.timespec import SECOND
 
 
 def _abandoned(spool: Spool, key: str, age: int, now: int) -> tuple[str, str]:
     """A keyed submission cut short after its key was bound: its body back in tmp/, age old."""
-    name, _ = submit(spool, Request(run_at=now, cwd="/", key=key).body(["true"], now))
+    name, _ = submit(spool, request.body(Request(run_at=now, cwd="/", key=key), ["true"], now))
     tmp = spool.tmp_body(name.id)
     os.rename(spool.pending_path(name), tmp)
     os.utime(tmp, ((now - age) / SECOND, (now - age) / SECOND))

@@ -199,16 +199,16 @@ def test_garbage_bodies_are_corrupt_not_crashes(data: bytes) -> None:
     ],
 )
 def test_wrong_field_types_are_corrupt(field: str, value: object) -> None:
-    doc = json.loads(TaskBody(new_id(0), ["true"], 0, 0).to_json())
+    doc = json.loads(TaskBody(id=new_id(0), argv=["true"], run_at=0, submitted_at=0).to_json())
     doc[field] = value
     with pytest.raises(CorruptFile):
         TaskBody.from_json(json.dumps(doc).encode())
 
 
 def test_a_mutex_is_written_only_when_given() -> None:
-    plain = TaskBody(new_id(0), ["true"], 0, 0)
+    plain = TaskBody(id=new_id(0), argv=["true"], run_at=0, submitted_at=0)
     assert b"mutex" not in plain.to_json()
-    held = TaskBody(new_id(0), ["true"], 0, 0, mutex="db-migrate")
+    held = TaskBody(id=new_id(0), argv=["true"], run_at=0, submitted_at=0, mutex="db-migrate")
     assert json.loads(held.to_json())["mutex"] == "db-migrate"
     assert TaskBody.from_json(held.to_json()).mutex == "db-migrate"
 
@@ -220,7 +220,15 @@ def test_ids_of_one_process_only_increase() -> None:
 
 
 def test_umask_and_recorded_env_round_trip() -> None:
-    body = TaskBody(new_id(0), ["true"], 0, 0, env={"A": "1"}, umask=0o027, env_recorded=True)
+    body = TaskBody(
+        id=new_id(0),
+        argv=["true"],
+        run_at=0,
+        submitted_at=0,
+        env={"A": "1"},
+        umask=0o027,
+        env_recorded=True,
+    )
     doc = json.loads(body.to_json())
     assert doc["umask"] == "0027" and doc["env_recorded"] is True
     assert TaskBody.from_json(body.to_json()) == body
@@ -232,7 +240,7 @@ def test_umask_and_recorded_env_round_trip() -> None:
 
 def test_a_time_without_offset_in_a_body_is_utc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TZ", "Asia/Tokyo")  # the reader's zone must not matter
-    doc = json.loads(TaskBody(new_id(0), ["true"], 0, 0).to_json())
+    doc = json.loads(TaskBody(id=new_id(0), argv=["true"], run_at=0, submitted_at=0).to_json())
     doc["run_at"] = "2026-12-01T09:00:00"
     assert TaskBody.from_json(json.dumps(doc).encode()).run_at == 1_796_115_600 * SECOND
 

@@ -37,7 +37,9 @@ class TwoActors(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="taskq-prop-")
         self.spool = Spool(str(Path(self.dir) / "spool"))
         self.spool.init()
-        self.id = submit(self.spool, TaskBody(new_id(1), ["true"], 1_000_000, 0))[0].id
+        self.id = submit(
+            self.spool, TaskBody(id=new_id(1), argv=["true"], run_at=1_000_000, submitted_at=0)
+        )[0].id
         self.daemons = {x: DaemonId(x, 100 + i) for i, x in enumerate(ACTORS)}
         self.seen: dict[str, Located | None] = dict.fromkeys(ACTORS)
         self.holds: dict[str, ClaimName | None] = dict.fromkeys(ACTORS)
