@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import functools
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 

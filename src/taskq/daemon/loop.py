@@ -273,7 +273,8 @@ class Daemon:
             log.error("the spool %s is gone: stopping", self.spool.root)
             self.parts.wake.stop_requested, self.exit_status = True, 1
             return False
-        log.warning("run/%s.lock is gone (the spool made anew?): locking again", self.parts.health.owner)
+        daemon = self.parts.health.daemon
+        log.warning("run/%s.lock is gone (the spool made anew?): locking again", daemon)
         self.spool.init()
         self.parts.health.relock()
         self.parts.wake.rewatch()

@@ -55,7 +55,7 @@ def follow(p: Pass, sched: Schedule, state: Cursor) -> None:
     if sched.spec.end is not None and slot > sched.spec.end:
         return
     state.cursor = slot
-    state.cursor_task = materialise.make(p, sched, state, slot, slot, "made")
+    state.cursor_task = materialise.make(p, sched, state, slot, slot, Event.MADE)
     state.checked = True
 
 

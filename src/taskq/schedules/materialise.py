@@ -348,7 +348,9 @@ def _top_up(p: Pass, sched: Schedule, state: Cursor) -> None:
 # -- tasks -------------------------------------------------------------------
 
 
-def make(p: Pass, sched: Schedule, state: Cursor, slot: int, run_at: int, event: Event) -> str | None:
+def make(
+    p: Pass, sched: Schedule, state: Cursor, slot: int, run_at: int, event: Event
+) -> str | None:
     """Submit the occurrence of slot (or get the one already made); its name."""
     body = request.body(sched.request(slot, run_at), sched.task.argv, p.now)
     name, created = submit(p.spool, body)

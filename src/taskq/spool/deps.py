@@ -33,7 +33,7 @@ from taskq.errors import CorruptFile, NotFound
 from taskq.spool import byid, fsutil, hints, journal, transitions
 from taskq.spool.ending import end_task, mark_ended, marker
 from taskq.spool.journal import Event
-from taskq.spool.layout import MARK, Located, Spool
+from taskq.spool.layout import MARK, Located, Spool, marker_path
 from taskq.spool.states import END_STATES, State
 from taskq.spool.task import TaskBody, TaskName, check_id, valid_id
 
@@ -60,11 +60,11 @@ def reopen(spool: Spool, task_id: str) -> None:
     submitter that looks in between is told by publish_waiting's own look
     at the dependency's state, not by the marker.
     """
-    directory = dep_dir(spool, task_id)
+    directory = spool.dep_dir(task_id)
     removed = False
     for state in END_STATES:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(directory, MARK + state))
+            os.unlink(marker_path(directory, state))
             removed = True
     if removed:
         fsutil.fsync_dir(directory)

@@ -65,7 +65,7 @@ def _claim(store: Store, name: str, now: int) -> ClaimName:
     """Claim a pending occurrence as a daemon would (pending -> claimed/, under a lease)."""
     task = TaskName.parse(name)
     path = os.path.join(store.spool.bucket_dir(task.bucket), name)
-    return transitions.claim(store.spool, path, task, transitions.Owner("h1", 1), now + HOUR)
+    return transitions.claim(store.spool, path, task, transitions.DaemonId("h1", 1), now + HOUR)
 
 
 def _running_slot(tmp_path: Path) -> tuple[Store, Schedule, str, str]:
