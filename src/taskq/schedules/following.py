@@ -7,20 +7,14 @@ schedule was added or resumed. So there is never more than one slot
 outstanding, and catch-up has one meaning: the occurrence that fell due
 while every daemon was down runs once, as soon as one is back. Slots that
 `taskq schedule skip` covers are passed over as if each had ended at its
-slot. Overlap cannot arise between the schedule's own slots.
+slot. Overlap cannot arise between the schedule's own slots. This module
+says when; materialise makes the occurrence (its pass calls next_slot).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from taskq.schedules.store import Cursor, Schedule
-from taskq.spool.journal import Event
 from taskq.spool.task import TaskName
-from taskq.times.timespec import format_iso
-
-if TYPE_CHECKING:
-    from taskq.schedules.materialise import Pass
 
 
 def next_slot(sched: Schedule, state: Cursor) -> int | None:
@@ -35,28 +29,6 @@ def next_slot(sched: Schedule, state: Cursor) -> int | None:
     if sched.spec.start is not None and current is None:
         return max(sched.spec.start, sched.since)
     return sched.since + every
-
-
-def follow(p: Pass, sched: Schedule, state: Cursor) -> None:
-    """Make the next occurrence once the previous one has ended."""
-    from taskq.schedules import materialise  # it calls this module: imported when used
-
-    slot = next_slot(sched, state)
-    if slot is None or (state.cursor_task is not None and slot <= state.cursor):
-        return
-    every = sched.spec.every
-    assert every is not None
-    if sched.skip_before is not None and slot < sched.skip_before:
-        n = -(-(sched.skip_before - slot) // every)
-        p.store.log(sched.name, Event.SKIPPED, p.now, slot=format_iso(slot), count=n, why="skip")
-        state.count_skipped("skip", n)
-        slot += n * every
-        state.last_end = slot - every
-    if sched.spec.end is not None and slot > sched.spec.end:
-        return
-    state.cursor = slot
-    state.cursor_task = materialise.make(p, sched, state, slot, slot, Event.MADE)
-    state.checked = True
 
 
 def upcoming(sched: Schedule, state: Cursor, now: int, n: int) -> list[int]:

@@ -113,7 +113,7 @@ def advance(p: Pass, sched: Schedule) -> int | None:
     if paused:
         _judge(p, sched, state, paused=True)
     elif sched.every_after:
-        following.follow(p, sched, state)
+        _follow(p, sched, state)
     else:
         _catch_up(p, sched, state)
         _judge(p, sched, state, paused=False)
@@ -204,6 +204,26 @@ def _log_skipped(
         count=unlisted + len(listed),
         why="catchup",
     )
+
+
+def _follow(p: Pass, sched: Schedule, state: Cursor) -> None:
+    """--every-after: make the next occurrence once the previous one has ended."""
+    slot = following.next_slot(sched, state)
+    if slot is None or (state.cursor_task is not None and slot <= state.cursor):
+        return
+    every = sched.spec.every
+    assert every is not None
+    if sched.skip_before is not None and slot < sched.skip_before:
+        n = -(-(sched.skip_before - slot) // every)
+        p.store.log(sched.name, Event.SKIPPED, p.now, slot=format_iso(slot), count=n, why="skip")
+        state.count_skipped("skip", n)
+        slot += n * every
+        state.last_end = slot - every
+    if sched.spec.end is not None and slot > sched.spec.end:
+        return
+    state.cursor = slot
+    state.cursor_task = make(p, sched, state, slot, slot, Event.MADE)
+    state.checked = True
 
 
 def _judge(p: Pass, sched: Schedule, state: Cursor, paused: bool) -> None:
