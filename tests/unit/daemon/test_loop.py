@@ -27,6 +27,7 @@ def test_steps_start_what_is_due_settle_it_and_never_start_early(tmp_path: Path)
     spool.init()
     daemon = Daemon(spool, Settings(host_id="unit", workers=2))
     now = wall_us()
+    daemon.parts.health.lock(now)  # as run() does: a daemon steps holding its lock
     due = submit(spool, request.body(Request(run_at=now - SECOND, cwd="/"), ["true"], now))[0]
     later = submit(spool, request.body(Request(run_at=now + HOUR, cwd="/"), ["true"], now))[0]
     daemon.step(now)
