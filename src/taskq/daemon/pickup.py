@@ -27,6 +27,7 @@ from taskq.spool import drop, fsutil, rundir
 from taskq.spool import runas as security
 from taskq.spool.drop import Claimed, DropName
 from taskq.spool.layout import stray
+from taskq.text.quote import quote
 from taskq.times.timespec import MS
 
 log = logging.getLogger("taskq")
@@ -150,7 +151,7 @@ class Pickup(Part):
         except intake.Later as e:  # kept in pickup/, ours: the next pass tries again
             if name not in self._deferred:
                 self._deferred.add(name)
-                log.error("cannot file drop/%s yet: %s", name, e)
+                log.error("cannot file drop/%s yet: %s", name, quote(str(e)))
             return intake.LATER
         self._deferred.discard(name)
         if answer.outcome == intake.DEFERRED:
@@ -158,7 +159,8 @@ class Pickup(Part):
         if answer.doc is not None:
             drop.reply(self.spool, name, uid, answer.doc)
         if answer.refused and answer.doc is not None:
-            log.warning("refused drop/%s from uid %d: %s", name, uid, answer.doc["message"])
+            message = quote(str(answer.doc["message"]))
+            log.warning("refused drop/%s from uid %d: %s", name, uid, message)
         os.unlink(path)
         return answer.outcome
 
@@ -169,4 +171,4 @@ class Pickup(Part):
         try:
             drop.reply(self.spool, claimed.name, uid, doc)
         except OSError as e:
-            log.warning("cannot answer drop/%s: %s", claimed.name, e)
+            log.warning("cannot answer drop/%s: %s", claimed.name, quote(str(e)))
