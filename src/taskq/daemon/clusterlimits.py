@@ -60,7 +60,7 @@ class ClusterLimits(Part):
             return
         self.view = permits.listing(self.spool)
         for entry in self.view.bad:
-            self.quarantine(os.path.join(self.spool.permits, entry), "not a permit or ticket name")
+            self.quarantine(self.spool.permit_path(entry), "not a permit or ticket name")
         self._drop_stale_tickets()
 
     def open(self, queue: str) -> bool:
@@ -231,7 +231,7 @@ class ClusterLimits(Part):
         try:
             return permits.lease_of(self.spool, permit)
         except ValueError as e:
-            self.quarantine(os.path.join(self.spool.permits, str(permit)), str(e))
+            self.quarantine(self.spool.permit_path(str(permit)), str(e))
             return None
 
     def _drop_stale_tickets(self) -> None:

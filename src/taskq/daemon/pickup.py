@@ -85,14 +85,14 @@ class Pickup(Part):
                 continue
             claimed = Claimed(name, self.expiry(now), self.daemon.pid, self.daemon.host)
             try:
-                path = drop.claim(self.spool, f"{self.spool.drop}/{entry}", claimed)
+                path = drop.claim(self.spool, self.spool.drop_path(entry), claimed)
             except FileNotFoundError:
                 continue  # another daemon's now, or withdrawn by its member
             yield claimed, path
 
     def _unfinished(self, entry: str, now: int) -> None:
         """A name that is no finished drop file: being written, abandoned, or junk."""
-        path = f"{self.spool.drop}/{entry}"
+        path = self.spool.drop_path(entry)
         if stray(entry) or (entry.endswith(drop.PART) and drop.parse_name(entry[:-5])):
             try:
                 if os.lstat(path).st_mtime * 1e6 < now - self.stale_age:
@@ -107,7 +107,7 @@ class Pickup(Part):
         out = []
         for entry in fsutil.listdir(self.spool.pickup):
             old = drop.parse_claim(entry)
-            path = f"{self.spool.pickup}/{entry}"
+            path = self.spool.pickup_path(entry)
             if old is None:
                 if not stray(entry):
                     self.settler.quarantine(path, "not a pickup claim name", now)

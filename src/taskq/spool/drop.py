@@ -172,7 +172,7 @@ def read_request(data: bytes, kind: str) -> Request:
 
 def write_part(spool: Spool, name: DropName, data: bytes) -> int:
     """Write a drop file as NAME.part (no daemon reads it yet); return its open descriptor."""
-    part = f"{spool.drop}/{name}{PART}"
+    part = spool.drop_path(f"{name}{PART}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(part, flags, 0o600)
     try:
@@ -189,13 +189,13 @@ def write_part(spool: Spool, name: DropName, data: bytes) -> int:
 
 def finish(spool: Spool, name: DropName) -> None:
     """Hand a written drop file over: NAME.part renamed to NAME, which daemons take."""
-    os.rename(f"{spool.drop}/{name}{PART}", f"{spool.drop}/{name}")
+    os.rename(spool.drop_path(f"{name}{PART}"), spool.drop_path(str(name)))
 
 
 def discard(spool: Spool, name: DropName) -> bool:
     """Remove one's own drop file, finished or not; False if a daemon took it already."""
     gone = False
-    for path in (f"{spool.drop}/{name}{PART}", f"{spool.drop}/{name}"):
+    for path in (spool.drop_path(f"{name}{PART}"), spool.drop_path(str(name))):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
             gone = True
@@ -220,7 +220,7 @@ def read_reply(spool: Spool, name: DropName) -> dict[str, Any] | None:
     write; this is the check that it stays so).
     """
     try:
-        data, st = fsutil.read_small(f"{spool.replies}/{name}", REPLY_LIMIT)
+        data, st = fsutil.read_small(spool.reply_path(str(name)), REPLY_LIMIT)
     except (FileNotFoundError, CorruptFile):
         return None
     if st.st_uid not in (0, os.geteuid()):
@@ -234,7 +234,7 @@ def read_reply(spool: Spool, name: DropName) -> dict[str, Any] | None:
 
 def waiting(spool: Spool, name: DropName) -> bool:
     """Whether a drop file is still there or being picked up (not yet answered or filed)."""
-    if os.path.lexists(f"{spool.drop}/{name}"):
+    if os.path.lexists(spool.drop_path(str(name))):
         return True
     prefix = f"{name}_"
     return any(e.startswith(prefix) for e in fsutil.listdir(spool.pickup))
@@ -274,7 +274,7 @@ def claim(spool: Spool, src: str, new: Claimed) -> str:
 
     FileNotFoundError: another daemon took it first (or its member withdrew it).
     """
-    dest = f"{spool.pickup}/{new}"
+    dest = spool.pickup_path(str(new))
     fsutil.rename_cas(src, dest, unique=True)
     return dest
 
@@ -286,12 +286,10 @@ def reply(spool: Spool, name: DropName, uid: int, doc: dict[str, Any]) -> None:
     one (its command says so), never a change undone.
     """
     data = (json.dumps(doc) + "\n").encode()
-    final = f"{spool.replies}/{name}"
-    tmp = f"{spool.replies}/.{name}.{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    fsutil.write_new(tmp, data, mode=0o400, sync=False, owner=uid)
-    os.rename(tmp, final)
+    staging = spool.reply_path(f".{name}.{os.getpid()}")
+    fsutil.replace_file(
+        spool.reply_path(str(name)), data, sync=False, staging=staging, mode=0o400, owner=uid
+    )
 
 
 def old_replies(spool: Spool, now: int) -> list[str]:
@@ -299,7 +297,7 @@ def old_replies(spool: Spool, now: int) -> list[str]:
     cutoff = (now - REPLY_TTL) / 1e6
     out = []
     for entry in fsutil.listdir(spool.replies):
-        path = f"{spool.replies}/{entry}"
+        path = spool.reply_path(entry)
         try:
             if os.lstat(path).st_mtime < cutoff:
                 out.append(path)

@@ -215,6 +215,7 @@ def replace_file(
     staging: str | None = None,
     mode: int = 0o600,
     umask: bool = False,
+    owner: int | None = None,
 ) -> None:
     """Replace path whole with data: write it under a staging name, then rename it over path.
 
@@ -224,7 +225,8 @@ def replace_file(
     a killed predecessor may have left behind. With sync the data is
     fsynced before the rename; the directory is the caller's to sync, once
     for all it replaced. The file gets exactly `mode`, or `mode` less the
-    umask with umask=True.
+    umask with umask=True; an owner given owns it (a root daemon's file for
+    one member to read).
     """
     if staging is None:
         base = os.path.basename(path)
@@ -232,7 +234,7 @@ def replace_file(
     else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(staging)
-    write_new(staging, data, mode, sync, exact_mode=not umask)
+    write_new(staging, data, mode, sync, owner=owner, exact_mode=not umask)
     try:
         os.replace(staging, path)
     except BaseException:

@@ -5,6 +5,7 @@
       doorbell                     touched after each change; daemons watch it
       priorities                   made once a task asks for a --priority: due tasks' are read
       tmp/ID.task                  a submission being written
+      tmp/permit-RANDOM/LEASE      a permit being taken, or given back (permits.py)
       waiting/NAME                 accepted; waits for the tasks it names (--after)
       deps/ID/NAME                 ... NAME waits for task ID,
       deps/ID/ended.STATE          ... which has ended so
@@ -22,6 +23,11 @@
       run/HOST_PID.lock .probe .status   a daemon's lock, clock probe, health
       run/counts.tsv               taskq stats' cache of counts
       schedules/NAME/schedule.json state.json journal
+      permits/KIND_NAME_I/LEASE    a cluster-wide limit's permit, held (permits.py)
+      permits/wait_MUTEX_NAME      ... a task waiting for that mutex
+      drop/ID.task  drop/RID.KIND  a shared spool's member's submission or request (drop.py)
+      pickup/DROPNAME_EXPIRY_PID_HOST   ... taken by one daemon, being filed or carried out
+      replies/DROPNAME             ... its answer, for the member to read
 
 NAME is RUN_AT_ID_ATTEMPT_QUEUE (task.py). The rules:
 
@@ -270,6 +276,19 @@ class Spool:
 
     def schedule_dir(self, name: str) -> str:
         return f"{self.schedules}/{name}"
+
+    def permit_path(self, entry: str) -> str:
+        """permits/ENTRY: a permit (a directory holding its lease) or a mutex's ticket."""
+        return f"{self.permits}/{entry}"
+
+    def drop_path(self, entry: str) -> str:
+        return f"{self.drop}/{entry}"
+
+    def pickup_path(self, entry: str) -> str:
+        return f"{self.pickup}/{entry}"
+
+    def reply_path(self, entry: str) -> str:
+        return f"{self.replies}/{entry}"
 
     def ring(self) -> None:
         """Wake daemons watching the doorbell; best effort, never fails a caller."""

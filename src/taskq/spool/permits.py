@@ -132,14 +132,10 @@ class Listing(NamedTuple):
         return next((t.task for t in self.tickets if t.mutex == mutex), None)
 
 
-def permits_dir(spool: Spool) -> str:
-    return spool.permits
-
-
 def listing(spool: Spool) -> Listing:
     """One listing of permits/ (a missing directory is an empty one)."""
     held, tickets, bad = set(), [], []
-    for entry in fsutil.listdir(permits_dir(spool)):
+    for entry in fsutil.listdir(spool.permits):
         if entry.startswith("."):
             continue
         try:
@@ -155,7 +151,7 @@ def listing(spool: Spool) -> Listing:
 
 def lease_of(spool: Spool, permit: Permit) -> Lease | None:
     """The lease in a held permit; None if it is free or being given back; ValueError if bad."""
-    found = fsutil.listdir(os.path.join(permits_dir(spool), str(permit)))
+    found = fsutil.listdir(spool.permit_path(str(permit)))
     if not found:
         return None
     if len(found) != 1:
@@ -165,13 +161,13 @@ def lease_of(spool: Spool, permit: Permit) -> Lease | None:
 
 def take(spool: Spool, permit: Permit, lease: Lease) -> bool:
     """Take a free permit with this lease; False if it is held."""
-    fsutil.ensure_dir(permits_dir(spool), 0o700)
+    fsutil.ensure_dir(spool.permits, 0o700)
     tmp = os.path.join(spool.tmp, f"permit-{secrets.token_hex(8)}")
     os.mkdir(tmp, 0o700)
     fd = os.open(os.path.join(tmp, str(lease)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.close(fd)
     try:
-        os.rename(tmp, os.path.join(permits_dir(spool), str(permit)))
+        os.rename(tmp, spool.permit_path(str(permit)))
         return True
     except OSError as e:
         if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EBUSY):  # else: held
@@ -185,13 +181,13 @@ def take(spool: Spool, permit: Permit, lease: Lease) -> bool:
 
 def renew(spool: Spool, permit: Permit, old: Lease, new: Lease) -> None:
     """Extend or hand over a lease in place; FileNotFoundError if it is no longer that one."""
-    where = os.path.join(permits_dir(spool), str(permit))
+    where = spool.permit_path(str(permit))
     fsutil.rename_cas(os.path.join(where, str(old)), os.path.join(where, str(new)), unique=True)
 
 
 def give_back(spool: Spool, permit: Permit, lease: Lease) -> bool:
     """Free a permit held with exactly this lease (ours, or an expired one); False if it was not."""
-    where = os.path.join(permits_dir(spool), str(permit))
+    where = spool.permit_path(str(permit))
     gone = os.path.join(spool.tmp, f"permit-{secrets.token_hex(8)}-{lease}")
     try:
         os.rename(os.path.join(where, str(lease)), gone)
@@ -207,20 +203,20 @@ def give_back(spool: Spool, permit: Permit, lease: Lease) -> bool:
 def drop_empty(spool: Spool, permit: Permit) -> None:
     """Remove a permit directory a crash left empty (safe: rmdir fails on a held one)."""
     with contextlib.suppress(OSError):
-        os.rmdir(os.path.join(permits_dir(spool), str(permit)))
+        os.rmdir(spool.permit_path(str(permit)))
 
 
 def wait(spool: Spool, ticket: Ticket) -> None:
     """Say that a task waits for a mutex (idempotent)."""
-    fsutil.ensure_dir(permits_dir(spool), 0o700)
+    fsutil.ensure_dir(spool.permits, 0o700)
     with contextlib.suppress(FileExistsError):
-        path = os.path.join(permits_dir(spool), str(ticket))
+        path = spool.permit_path(str(ticket))
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def unwait(spool: Spool, ticket: Ticket) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(permits_dir(spool), str(ticket)))
+        os.unlink(spool.permit_path(str(ticket)))
 
 
 class Holding(NamedTuple):
@@ -259,7 +255,7 @@ def _holding(spool: Spool, permit: Permit) -> Holding | None:
             lease = lease_of(spool, permit)
             if lease is None:
                 return None
-            st = os.lstat(os.path.join(permits_dir(spool), str(permit), str(lease)))
+            st = os.lstat(f"{spool.permit_path(str(permit))}/{lease}")
         except ValueError:  # not ours to judge here: the daemon quarantines it
             return None
         except FileNotFoundError:
