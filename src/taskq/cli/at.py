@@ -39,7 +39,7 @@ from taskq.times.when import parse_posix, parse_when
 SHELL = "/bin/sh"
 CTIME = "%a %b %e %H:%M:%S %Y"  # at(1)'s date: Tue Dec  1 09:42:00 2026
 _LISTED = (State.WAITING, State.PENDING, State.CLAIMED, State.RUNNING, State.CANCELLING)
-_RUNNING = ("claimed", "running", "cancelling")  # atq shows these in queue "="
+_RUNNING = (State.CLAIMED, State.RUNNING, State.CANCELLING)  # atq shows these in queue "="
 
 
 def _job_options(default_queue: str) -> list[click.Parameter]:
@@ -232,7 +232,7 @@ def atrm_command(ctx: click.Context, ids: tuple[str, ...]) -> None:
         except TaskqError as e:
             failed.append(e)
             continue
-        running = found.state in ("running", "cancelling")
+        running = found.state in (State.RUNNING, State.CANCELLING)
         output.done(f"{'cancelling' if running else 'cancelled'} {found.name.id}")
     if failed:
         error = TaskqError("; ".join(str(e) for e in failed))

@@ -287,7 +287,7 @@ def wait_command(
         if as_json:  # the exit status says it, printed or not
             output.done(json.dumps({"id": found.name.id, "outcome": how, "exit_status": status}))
             continue
-        shown = f" (exit status {status})" if how == "failed" and status is not None else ""
+        shown = f" (exit status {status})" if how == State.FAILED and status is not None else ""
         output.done(f"{found.name.id} {how}{shown}")  # the exit status says it, printed or not
     if len(results) < len(set(check_id(t) for t in task_ids)):
         raise WaitTimeout("wait timed out")

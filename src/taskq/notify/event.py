@@ -82,9 +82,9 @@ def summary(doc: dict[str, Any]) -> str:
         how = " (expired)"
     elif doc["signal"] is not None:
         how = f" (killed by signal {doc['signal']})"
-    elif doc["exit_status"] is not None and doc["state"] != "done":
+    elif doc["exit_status"] is not None and doc["state"] != State.DONE:
         how = f" (exit status {doc['exit_status']})"
-    elif doc["reason"] and doc["state"] != "done":
+    elif doc["reason"] and doc["state"] != State.DONE:
         how = f" ({doc['reason']})"
     return f"{doc['id']} {doc['state']}{how}"
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from email.message import EmailMessage
 from typing import Any
 
+from taskq.spool.states import State
 from taskq.spool.task import TaskBody
 
 TAIL_BYTES = 4096  # of the last attempt's output, in the message
@@ -37,7 +38,9 @@ def recipient(
 
 
 def is_failure(state: str, reason: str | None) -> bool:
-    return state == "failed" or (state == "cancelled" and (reason or "").startswith("dependency "))
+    if state == State.FAILED:
+        return True
+    return state == State.CANCELLED and (reason or "").startswith("dependency ")
 
 
 def _user(uid: int) -> str:

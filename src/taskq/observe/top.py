@@ -28,7 +28,7 @@ from taskq.spool import fsutil, journal
 from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.listing import command_of
-from taskq.spool.states import PHASE_OF, STATE_OF, Phase
+from taskq.spool.states import PHASE_OF, STATE_OF, Phase, State
 from taskq.spool.task import ClaimName, TaskName, bucket_of, valid_bucket
 from taskq.times.timespec import SECOND, format_compact
 from taskq.times.when import parse_when
@@ -121,7 +121,7 @@ def _queues(report: dict[str, Any], only: frozenset[str]) -> list[Queue]:
         out.append(
             Queue(
                 name=name,
-                pending=counts.get("pending", {}).get(name, 0),
+                pending=counts.get(State.PENDING, {}).get(name, 0),
                 overdue=late.get("count", 0),
                 oldest_overdue=late.get("oldest_age"),
                 running=running,
@@ -188,7 +188,7 @@ def _due(spool: Spool, now: int, queues: frozenset[str], rows: int) -> Iterator[
                 continue
             if queues and name.queue not in queues:
                 continue
-            yield _pending(name, "pending", f"{directory}/{entry}")
+            yield _pending(name, State.PENDING, f"{directory}/{entry}")
             left -= 1
             if left == 0:
                 return
@@ -220,7 +220,7 @@ def _failures(spool: Spool, queues: frozenset[str], rows: int) -> list[Task]:
     out = []
     for entry, name in names[:rows]:
         status = journal.exit_status(journal.read(spool.log_dir(name.id)))
-        out.append(_pending(name, "failed", os.path.join(spool.failed, entry), status))
+        out.append(_pending(name, State.FAILED, os.path.join(spool.failed, entry), status))
     return out
 
 
