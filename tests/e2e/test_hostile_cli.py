@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, wait_for
+from conftest import TASKQ, Daemon, Taskq, until, wait_for
 
 from taskq.spool.task import TaskName, bucket_of
 from taskq.times.timespec import MINUTE
@@ -357,22 +357,35 @@ def test_a_daemon_whose_spool_is_made_anew_locks_it_again_or_stops(
 
 
 @pytest.mark.slow
-def test_a_task_after_a_bucket_of_paused_tasks_starts_on_time_not_at_the_rescan(
-    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon
+@pytest.mark.parametrize("held_by", ["a pause", "its queue limit"])
+def test_a_task_after_a_bucket_of_held_tasks_starts_on_time_not_at_the_rescan(
+    tq: Taskq, tmp_path: Path, start_daemon: StartDaemon, held_by: str
 ) -> None:
-    """The next bucket is loaded before its tasks can be due, not at the safety-net rescan."""
-    stamps = tmp_path / "stamps"
+    """The next bucket is loaded before its tasks can be due, not at the safety-net rescan.
+
+    The bucket before it holds only a task that cannot start: its queue is
+    paused, or at its limit with a long task running.
+    """
+    stamps, gate = tmp_path / "stamps", tmp_path / "gate"
     now = round(time.time() * 1e6)
     first = (now // MINUTE + 1) * MINUTE
     if first - now < 5 * 1_000_000:
         first += MINUTE
-    tq.submit("--in", "1h", "--", "true")  # the spool exists for pause
-    tq.run("pause", "held")
-    start_daemon("--rescan", "5m")
+    if held_by == "a pause":
+        tq.submit("--in", "1h", "--", "true")  # the spool exists for pause
+        tq.run("pause", "held")
+        start_daemon("--rescan", "5m")
+    else:
+        start_daemon("--rescan", "5m", "--queue-limit", "held=1")
+        blocker = tq.submit("--queue", "held", "--", "sh", "-c", f"true {until(gate)}")
+        tq.wait_state(blocker, ("running",))
     tq.submit("--queue", "held", "--at", f"@{(first + 1_000_000) / 1e6:.6f}", "--", "true")
     due = first + MINUTE + 1_000_000  # the minute after: a bucket the index has not loaded
     task_id = tq.submit("--at", f"@{due / 1e6:.6f}", "--", "sh", "-c", f"date +%s.%N > {stamps}")
-    tq.wait_state(task_id, ("done",), timeout=300)
+    try:
+        tq.wait_state(task_id, ("done",), timeout=300)
+    finally:
+        gate.touch()
     late = float(stamps.read_text()) - due / 1e6
     assert 0 <= late < 30, f"started {late:.3f}s after its run time (the rescan is 5 minutes)"
 
