@@ -22,6 +22,8 @@ from typing import TextIO
 from taskq.errors import BadInput
 from taskq.spool import fsutil
 
+from taskq.text.quote import quote
+
 PRIORITIES = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3}
 
 
@@ -74,6 +76,19 @@ def under_journal() -> bool:
     return expected == f"{st.st_dev}:{st.st_ino}"
 
 
+def one_line(record: logging.LogRecord) -> bool:
+    """Make a record's message one line of printable text (text.quote), whatever it names.
+
+    Names of spool files, and errors quoting their contents, are anyone's
+    text: a name holding a newline and a fake log line must not forge one.
+    """
+    message = record.getMessage()
+    quoted = quote(message)
+    if quoted is not message or record.args:
+        record.msg, record.args = quoted, None
+    return True
+
+
 def setup(log_file: str | None = None, syslog: bool = False) -> logging.Handler:
     """Send the taskq logger's records where they belong; return the handler."""
     handler: logging.Handler
@@ -99,6 +114,7 @@ def setup(log_file: str | None = None, syslog: bool = False) -> logging.Handler:
     logging._srcfile = None
     logging.logThreads = False
     logging.logMultiprocessing = False
+    handler.addFilter(one_line)
     logger = logging.getLogger("taskq")
     logger.handlers[:] = [handler]
     logger.setLevel(logging.INFO)

@@ -371,7 +371,12 @@ class Spool:
         Returns the new path, or None when the file was already gone (another
         process moved it first).
         """
-        base = f"{format_compact(now)}_{os.path.basename(path)}"[:200]
+        from taskq.text.quote import quote  # (submit's start-up need not import it)
+
+        # The name it had, quoted: corrupt/ shows what was refused, never a
+        # newline or an escape sequence; cut to fit NAME_MAX with a suffix.
+        named = f"{format_compact(now)}_{quote(os.path.basename(path))}"
+        base = named.encode()[:200].decode(errors="ignore")
         for n in range(100):
             dest = os.path.join(self.corrupt, base if n == 0 else f"{base}.{n}")
             if os.path.lexists(dest):
@@ -383,9 +388,8 @@ class Spool:
             except (FileNotFoundError, CorruptFile):
                 return None  # gone; or its bucket is a link now, set aside on its own
             crash_point("daemon.quarantined")
-            # One line, whatever the name held: escape newlines and the like.
-            line = f"{os.path.relpath(path, self.root)}: {reason}"
-            line = line.encode("unicode_escape", "backslashreplace").decode("ascii")
+            # One line, whatever the name or the reason held.
+            line = quote(f"{os.path.relpath(path, self.root)}: {reason}")
             fsutil.write_new(reason_path(dest), f"{line}\n".encode(), sync=False)
             fsutil.fsync_dir(self.corrupt)
             return dest
