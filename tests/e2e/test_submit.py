@@ -333,6 +333,7 @@ SUBMIT_BUDGET = {
     "taskq.spool.config",
     "taskq.spool.defaults",
     "taskq.spool.faults",
+    "taskq.spool.fields",  # the one set of field checks: request.accepted is the reader's
     "taskq.spool.fsutil",
     "taskq.spool.hints",
     "taskq.spool.keys",

@@ -15,7 +15,7 @@ import click
 from taskq.cli import output
 from taskq.client import request
 from taskq.errors import BadInput
-from taskq.spool import fsutil
+from taskq.spool import fields, fsutil
 from taskq.spool.task import check_queue
 from taskq.times.timespec import parse_duration
 
@@ -99,7 +99,7 @@ class EnvVar(_Type):
         if isinstance(value, tuple):
             return value
         name, sep, text = str(value).partition("=")
-        if not sep or not request.env_name(name):
+        if not sep or not fields.env_name(name):
             self.fail(f"bad {_option(param)} {value!r}: expected NAME=VALUE", param, ctx)
         return name, text
 

@@ -7,8 +7,9 @@ max_attempts, timeout, expires (DURATION or seconds), env (an object of
 strings, merged over the defaults), payload (text for the command's
 standard input) or payload_base64, cwd and mutex. Fields a line leaves out take
 the values given on the command line. Every line is validated before any
-task is accepted; a bad line is reported by its number. This module checks
-the JSON types; what a request may ask for is request.py's to say.
+task is accepted; a bad line is reported by its number. The fields are
+checked by spool/fields.py, as every reader of a spool file checks them;
+what a request may ask for is request.py's to say.
 """
 
 from __future__ import annotations
@@ -22,8 +23,17 @@ from typing import Any, BinaryIO
 
 from taskq.client import request
 from taskq.errors import BadInput
-from taskq.spool.task import MAX_BODY, MAX_PRIORITY, Request, TaskBody, check_mutex, check_queue
-from taskq.times.timespec import MAX_DURATION, SECOND, parse_duration
+from taskq.spool import fields
+from taskq.spool.task import (
+    MAX_ATTEMPTS,
+    MAX_BODY,
+    MAX_PRIORITY,
+    Request,
+    TaskBody,
+    check_mutex,
+    check_queue,
+)
+from taskq.times.timespec import parse_duration
 
 # A line's JSON may spell each character of a body as a six-byte escape
 # (\u0061 for "a"), so no longer line can make a task file within MAX_BODY.
@@ -76,15 +86,10 @@ def parse(data: bytes | Iterable[bytes], defaults: Request, now: int) -> list[Ta
 
 
 def _object(line: bytes) -> dict[str, Any]:
-    try:
-        doc = json.loads(line)
-    except ValueError as e:
-        raise BadInput(f"not JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise BadInput("not a JSON object")
+    doc = fields.document(line)
     unknown = sorted(set(doc) - FIELDS)
     if unknown:
-        raise BadInput(f"unknown field {unknown[0]!r}")
+        raise BadInput(f"unknown field {repr(unknown[0])[:80]}")
     if _may_repeat(line, doc):
         json.loads(line, object_pairs_hook=_once)  # BadInput at a repeated field
     return doc
@@ -114,94 +119,63 @@ def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _body(doc: dict[str, Any], defaults: Request, now: int) -> TaskBody:
-    command = doc.get("command")
-    if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
-        raise BadInput("command must be a non-empty list of strings")
+    command = fields.strings("command", doc.get("command"))
     return request.body(defaults, command, now, _fields(doc, defaults, now))
 
 
 def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
     """The fields of the request that this line gives, checked."""
-    fields: dict[str, Any] = {}
+    out: dict[str, Any] = {}
     if "run_at" in doc or "in" in doc:
         at = _instant(doc["run_at"]) if "run_at" in doc else None
         delay = _duration("in", doc["in"], allow_zero=True) if "in" in doc else None
-        fields["run_at"] = request.run_at(at, delay, now, names=("run_at", "in"))
+        out["run_at"] = request.run_at(at, delay, now, names=("run_at", "in"))
     for name in ("timeout", "expires"):
         if name in doc:
-            fields[name] = _duration(name, doc[name])
+            out[name] = _duration(name, doc[name])
     if "queue" in doc:
-        fields["queue"] = check_queue(_string("queue", doc["queue"]))
+        out["queue"] = check_queue(fields.text("queue", doc["queue"]))
     if "key" in doc:
-        fields["key"] = _string("key", doc["key"])
+        out["key"] = fields.text("key", doc["key"])
     if "mutex" in doc:
-        fields["mutex"] = check_mutex(_string("mutex", doc["mutex"]))
+        out["mutex"] = check_mutex(fields.text("mutex", doc["mutex"]))
     if "max_attempts" in doc:
-        fields["max_attempts"] = _attempts(doc["max_attempts"])
+        out["max_attempts"] = fields.whole("max_attempts", doc["max_attempts"], 1, MAX_ATTEMPTS)
     if "priority" in doc:
-        fields["priority"] = _priority(doc["priority"])
+        out["priority"] = fields.whole("priority", doc["priority"], -MAX_PRIORITY, MAX_PRIORITY)
     if "env" in doc:
-        fields["env"] = request.check_size({**defaults.env, **_env(doc["env"])})
+        env = fields.environment(doc["env"])[0]
+        out["env"] = request.check_size({**defaults.env, **env})
     if "cwd" in doc:
-        fields["cwd"] = request.directory("cwd", _string("cwd", doc["cwd"]))
+        out["cwd"] = request.directory("cwd", fields.text("cwd", doc["cwd"]))
     if "payload" in doc or "payload_base64" in doc:
-        fields["stdin"] = request.payload("payload", _payload(doc))
-    return fields
-
-
-def _priority(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_PRIORITY:
-        raise BadInput(f"priority must be an integer, -{MAX_PRIORITY} to {MAX_PRIORITY}")
-    return value
-
-
-def _string(name: str, value: Any, also: str = "") -> str:
-    if not isinstance(value, str):
-        raise BadInput(f"{name} must be a string{also}")
-    return value
+        out["stdin"] = request.payload("payload", _payload(doc))
+    return out
 
 
 def _instant(value: Any) -> str:
     """run_at as a WHEN: a string, or epoch seconds as a number."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if type(value) is int or type(value) is float:
         if not math.isfinite(value):
             raise BadInput("run_at must be a finite number of seconds")
         return f"@{value:.6f}"
-    return _string("run_at", value)
+    return fields.text("run_at", value)
 
 
 def _duration(name: str, value: Any, allow_zero: bool = False) -> int:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if not (math.isfinite(value) and 0 <= value <= MAX_DURATION // SECOND):
-            raise BadInput(f"{name} must be from 0 to {MAX_DURATION // SECOND} seconds")
-        us = round(value * SECOND)
-    else:
-        us = parse_duration(_string(name, value, " (a DURATION) or a number of seconds"))
-    return us if allow_zero else request.positive(name, us)
-
-
-def _attempts(value: Any) -> int:
-    top = request.MAX_ATTEMPTS
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
-        raise BadInput(f"max_attempts must be a whole number from 1 to {top}")
-    return value
-
-
-def _env(value: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise BadInput("env must be an object of strings")
-    for k, v in value.items():
-        if not request.env_name(k) or not isinstance(v, str):
-            raise BadInput(f"bad env entry {k!r}: names are [A-Za-z_][A-Za-z0-9_]*, values strings")
-    return dict(value)
+    """A DURATION as text, or a number of seconds."""
+    if type(value) is str:
+        us = parse_duration(value)
+        return us if allow_zero else request.positive(name, us)
+    return fields.seconds(name, value, allow_zero)
 
 
 def _payload(doc: dict[str, Any]) -> bytes:
     if "payload" in doc and "payload_base64" in doc:
         raise BadInput("give payload or payload_base64, not both")
     if "payload" in doc:
-        return _string("payload", doc["payload"]).encode()
+        return fields.text("payload", doc["payload"]).encode()
     try:
-        return base64.b64decode(_string("payload_base64", doc["payload_base64"]), validate=True)
+        return base64.b64decode(fields.text("payload_base64", doc["payload_base64"]), validate=True)
     except binascii.Error:
         raise BadInput("payload_base64 is not base64") from None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from taskq.client.request import env_name
+from taskq.spool.fields import env_name
 
 # The terminal, display and login session of the moment, and shell state.
 LEFT_OUT = frozenset(

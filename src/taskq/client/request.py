@@ -20,22 +20,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from taskq.errors import BadInput
+from taskq.spool import fields
+from taskq.spool.fields import MAX_EXEC
 from taskq.spool.memo import LastOf
 from taskq.spool.task import (
     DEFAULT_PATH,
+    MAX_ATTEMPTS,
     MAX_BODY,
-    MAX_EXEC,
-    MAX_EXEC_STRING,
     MAX_STDIN,
     REQUESTED,
     Request,
     TaskBody,
     new_id,
 )
-from taskq.text.lazyre import Lazy
 
-ENV_NAME = Lazy(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_ATTEMPTS = 1000  # the largest --max-attempts a request may ask for
+__all__ = ["MAX_ATTEMPTS"]  # (the largest --max-attempts; the body reader's limit)
 MAX_ENV = 256 << 10  # bytes of NAME=VALUE\0 a task's environment may take in its body
 
 
@@ -61,16 +60,18 @@ def body(
 
 
 def accepted(body: TaskBody) -> bytes:
-    """The body's file, once every limit is checked; BadInput names the first broken one."""
-    _text("the working directory", body.cwd)
+    """The body's file, once every limit is checked; BadInput names the first broken one.
+
+    The checks are the daemon's reader's own (spool/fields.py), so a task
+    that reader would refuse is never accepted.
+    """
+    fields.utf8_text("the working directory", body.cwd)
     mailto = body.env.get("MAILTO")
     if mailto and mail_problem(mailto) is not None:
         raise BadInput(f"MAILTO {mailto!r} {mail_problem(mailto)}")
     if body.key is not None:
-        _text("the key", body.key)
-    exec_bytes = _env_bytes(body.env)
-    for i, arg in enumerate(body.argv, 1):
-        exec_bytes += _text(f"argument {i} of the command", arg) + 1
+        fields.utf8_text("the key", body.key)
+    exec_bytes = _env_bytes(body.env) + fields.command(body.argv)[1]
     if exec_bytes > MAX_EXEC:
         raise BadInput(
             f"the command and its variables take {exec_bytes} bytes; exec() is given "
@@ -87,26 +88,10 @@ def accepted(body: TaskBody) -> bytes:
 
 def _check_env(env: Mapping[str, str]) -> int:
     """What the variables take of exec()'s room, each checked as text."""
-    return sum(_text(name, f"{name}={value}", "variable ") + 1 for name, value in env.items())
+    return fields.environment(env)[1]
 
 
 _env_bytes = LastOf(_check_env)  # a batch's bodies share their request's env: checked once
-
-
-def _text(what: str, value: str, prefix: str = "") -> int:
-    """The size in bytes of a string that must be UTF-8 text and one exec() string at most.
-
-    `prefix + what` names it in the error; only an error pays for joining them.
-    """
-    try:
-        size = len(value.encode())
-    except UnicodeEncodeError:
-        raise BadInput(f"{prefix}{what} is not valid UTF-8 text") from None
-    if "\0" in value:
-        raise BadInput(f"{prefix}{what} contains a NUL byte")
-    if size > MAX_EXEC_STRING:
-        raise BadInput(f"{prefix}{what} is {size} bytes; exec() takes at most {MAX_EXEC_STRING}")
-    return size
 
 
 def run_at(
@@ -158,11 +143,6 @@ def mail_problem(mailto: str) -> str | None:
     if not mailto.isprintable():
         return "cannot be a mail recipient: it holds a control character"
     return None
-
-
-def env_name(name: str) -> bool:
-    """Tell whether a variable name is one a task may set: [A-Za-z_][A-Za-z0-9_]*."""
-    return ENV_NAME.fullmatch(name) is not None
 
 
 def directory(what: str, path: str) -> str:

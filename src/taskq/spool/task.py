@@ -12,13 +12,12 @@ import dataclasses
 import functools
 import json
 import os
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC
 from typing import Any, ClassVar, Self
 
 from taskq.errors import BadInput, CorruptFile
+from taskq.spool import fields
+from taskq.spool.fields import MAX_EXEC, MAX_EXEC_STRING
 from taskq.spool.memo import LastOf
 from taskq.spool.states import Phase
 from taskq.text.lazyre import Lazy
@@ -28,8 +27,9 @@ from taskq.times.timespec import (
     format_compact,
     format_iso,
     parse_compact,
-    parse_iso_utc,
 )
+
+__all__ = ["MAX_EXEC", "MAX_EXEC_STRING"]  # (re-exported: request.py's limits too)
 
 FORMAT_VERSION = 1
 DEFAULT_QUEUE = "default"
@@ -38,12 +38,7 @@ MAX_PRIORITY = 1000  # --priority is -1000 to 1000
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_STDIN = 1 << 20  # bytes of --stdin payload a task may carry
 MAX_BODY = 4 << 20  # a larger file in the spool is corrupt by definition
-# What exec() takes: the command's arguments and variables together (with a
-# NUL each), well inside Linux's ARG_MAX of a quarter of an 8 MiB stack,
-# leaving room for the variables the daemon adds; and each one string, as
-# Linux's MAX_ARG_STRLEN (32 pages) requires.
-MAX_EXEC = 1 << 20
-MAX_EXEC_STRING = (32 << 12) - 1
+MAX_ATTEMPTS = 1000  # the most attempts a task may be given
 MAIL_MODES = ("failure", "always", "never")
 MAX_AFTER = 100  # dependencies one task may name
 # The last attempt number a task can have: its TASKQ_FENCE (attempt * 10**13
@@ -469,151 +464,89 @@ class TaskBody(Request):
 
     @classmethod
     def from_json(cls, data: bytes) -> TaskBody:
-        """Parse and validate a body; raise CorruptFile with the reason."""
+        """Parse and check a body whoever wrote it; CorruptFile says, in one line, why it is bad.
+
+        Every field is checked to what later code needs (fields.py): spawn,
+        the expiry arithmetic and the journal never see a value they refuse.
+        """
         try:
-            doc = json.loads(data)
-            return cls._from_doc(doc)
-        except CorruptFile:
-            raise
-        except (ValueError, TypeError, KeyError, BadInput) as e:
+            return cls._from_doc(fields.document(data))
+        except KeyError as e:
+            raise CorruptFile(f"bad task body: no {e}") from None
+        except (BadInput, ValueError, TypeError, OverflowError) as e:  # a check's, or a parse's
             raise CorruptFile(f"bad task body: {e}") from None
 
     @classmethod
-    def _from_doc(cls, doc: Any) -> TaskBody:
-        if not isinstance(doc, dict):
-            raise CorruptFile("bad task body: not a JSON object")
+    def _from_doc(cls, doc: dict[str, Any]) -> TaskBody:
         if doc.get("version") != FORMAT_VERSION:
-            raise CorruptFile(f"bad task body: unknown version {doc.get('version')!r}")
-        argv = doc["argv"]
-        if not (isinstance(argv, list) and argv and _all_text(argv)):
-            raise CorruptFile("bad task body: argv must be a non-empty list of strings")
-        env = doc.get("env") or {}
-        if not (isinstance(env, dict) and _all_text(env) and _all_text(env.values())):
-            raise CorruptFile("bad task body: env must map strings to strings")
-        stdin = doc.get("stdin")
+            raise BadInput(f"unknown version {repr(doc.get('version'))[:40]}")
+        argv, exec_bytes = fields.command(doc["argv"])
+        env, env_bytes = fields.environment(doc.get("env") or {})
+        if exec_bytes + env_bytes > MAX_EXEC:
+            raise BadInput(f"the command and its variables take over {MAX_EXEC} bytes of exec()")
+        get = doc.get
+        stdin = get("stdin")
         return cls(
-            id=check_id(_str(doc, "id")),
+            id=check_id(fields.text("id", doc["id"])),
             argv=argv,
-            cwd=_str(doc, "cwd"),
+            cwd=fields.absolute_path("cwd", doc["cwd"]),
             env=env,
-            queue=check_queue(_str(doc, "queue")),
-            key=_opt_str(doc, "key"),
-            max_attempts=_positive_int(doc, "max_attempts"),
-            timeout=_opt_us(doc, "timeout"),
-            expires=_opt_us(doc, "expires"),
-            run_at=_instant(doc, "run_at"),
-            submitted_at=_instant(doc, "submitted_at"),
-            stdin=None if stdin is None else _base64().b64decode(_str(doc, "stdin"), validate=True),
-            umask=_umask(doc),
-            env_recorded=doc.get("env_recorded") is True,
-            after=_after(doc),
-            after_any=_choice(doc, "after_mode", ("ok", "any"), "ok") == "any",
-            mail=_opt_choice(doc, "mail", MAIL_MODES),
-            mutex=None if doc.get("mutex") is None else check_mutex(_str(doc, "mutex")),
-            submitter=_opt_uid(doc, "submitter"),
-            priority=_priority(doc),
+            queue=check_queue(fields.text("queue", doc["queue"])),
+            key=None if get("key") is None else fields.text("key", get("key")),
+            max_attempts=fields.whole("max_attempts", doc["max_attempts"], 1, MAX_ATTEMPTS),
+            timeout=None if get("timeout") is None else fields.seconds("timeout", get("timeout")),
+            expires=None if get("expires") is None else fields.seconds("expires", get("expires")),
+            run_at=fields.instant("run_at", doc["run_at"]),
+            submitted_at=fields.instant("submitted_at", doc["submitted_at"]),
+            stdin=None if stdin is None else _payload(stdin),
+            umask=_umask(get("umask")),
+            env_recorded=_recorded(get("env_recorded")),
+            after=_after(get("after")),
+            after_any=fields.choice("after_mode", get("after_mode", "ok"), ("ok", "any")) == "any",
+            mail=None if get("mail") is None else fields.choice("mail", get("mail"), MAIL_MODES),
+            mutex=None if get("mutex") is None else check_mutex(fields.text("mutex", get("mutex"))),
+            submitter=_submitter(get("submitter")),
+            priority=fields.whole("priority", get("priority", 0), -MAX_PRIORITY, MAX_PRIORITY),
         )
 
 
-def _all_text(items: Iterable[object]) -> bool:
-    """Whether every item is a str (json makes no subclass), checked in C: bodies carry dozens."""
-    return set(map(type, items)) <= _TEXT
+def _recorded(value: object) -> bool:
+    return value is not None and fields.flag("env_recorded", value)
 
 
-_TEXT = {str}
+def _submitter(value: object) -> int | None:
+    """The uid a root-owned body records as its member's (runas.requester), if any."""
+    return None if value is None else fields.uid("submitter", value)
 
 
-def _instant(doc: dict[str, Any], key: str) -> int:
-    """A time in a body: as taskq writes it, or as a person may (parse_when).
-
-    The spool is UTC: a hand-written time without an offset is read as UTC,
-    never in the zone of whichever daemon reads it.
-    """
-    text = _str(doc, key)
-    us = parse_iso_utc(text)
-    if us is not None:
-        return us
-    from taskq.times.when import parse_when  # hand-written only: off submit's start-up path
-
-    return parse_when(text, 0, UTC)
+def _payload(value: object) -> bytes:
+    """The --stdin payload: base64 text of at most MAX_STDIN bytes."""
+    data: bytes = _base64().b64decode(fields.text("stdin", value), validate=True)
+    if len(data) > MAX_STDIN:
+        raise BadInput(f"stdin is {len(data)} bytes, over the limit of {MAX_STDIN}")
+    return data
 
 
-def _umask(doc: dict[str, Any]) -> int | None:
+def _umask(value: object) -> int | None:
     """The recorded umask: absent, null, or octal text such as "0022"."""
-    text = _opt_str(doc, "umask")
-    if text is None:
+    if value is None:
         return None
-    if not re.fullmatch(r"0?[0-7]{1,3}", text):
-        raise CorruptFile(f"bad task body: umask {text!r} is not an octal mask")
-    return int(text, 8)
+    if type(value) is not str or not _UMASK.fullmatch(value):
+        raise BadInput(f"umask {repr(value)[:20]} is not an octal mask")
+    return int(value, 8)
 
 
-def _priority(doc: dict[str, Any]) -> int:
-    value = doc.get("priority", 0)
-    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_PRIORITY:
-        raise CorruptFile(
-            f"bad task body: priority must be an integer, -{MAX_PRIORITY} to {MAX_PRIORITY}"
-        )
-    return value
+_UMASK = Lazy(r"0?[0-7]{1,3}")
 
 
-def _after(doc: dict[str, Any]) -> list[str]:
-    value = doc.get("after") or []
-    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-        raise CorruptFile("bad task body: after must be a list of task ids")
+def _after(value: object) -> list[str]:
+    """The ids a task waits for (--after): at most MAX_AFTER."""
+    if value is None or value == []:
+        return []
+    if type(value) is not list or len(value) > MAX_AFTER or not set(map(type, value)) <= {str}:
+        raise BadInput(f"after must be a list of at most {MAX_AFTER} task ids")
     return [check_id(v) for v in value]
-
-
-def _choice(doc: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
-    value = _opt_choice(doc, key, allowed)
-    return default if value is None else value
-
-
-def _opt_choice(doc: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str | None:
-    value = doc.get(key)
-    if value is not None and value not in allowed:
-        raise CorruptFile(f"bad task body: {key} must be one of {', '.join(allowed)}")
-    return value
 
 
 def _secs(us: int | None) -> float | None:
     return None if us is None else us / SECOND
-
-
-def _str(doc: dict[str, Any], key: str) -> str:
-    value = doc[key]
-    if not isinstance(value, str):
-        raise CorruptFile(f"bad task body: {key} must be a string")
-    return value
-
-
-def _opt_str(doc: dict[str, Any], key: str) -> str | None:
-    return None if doc.get(key) is None else _str(doc, key)
-
-
-def _positive_int(doc: dict[str, Any], key: str) -> int:
-    value = doc[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise CorruptFile(f"bad task body: {key} must be a positive integer")
-    return value
-
-
-MAX_UID = (1 << 32) - 2  # (uid_t)-1 means "no change" to chown(2)
-
-
-def _opt_uid(doc: dict[str, Any], key: str) -> int | None:
-    value = doc.get(key)
-    if value is None:
-        return None
-    if type(value) is not int or not 0 <= value <= MAX_UID:
-        raise CorruptFile(f"bad task body: {key} must be a uid (0 to {MAX_UID})")
-    return value
-
-
-def _opt_us(doc: dict[str, Any], key: str) -> int | None:
-    value = doc.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise CorruptFile(f"bad task body: {key} must be a positive number of seconds")
-    return round(value * SECOND)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+from typing import Literal
 
 import pytest
 from hypothesis import given
@@ -30,6 +31,8 @@ instants = st.integers(min_value=0, max_value=253402300799 * SECOND)
 ids = st.builds(new_id, st.integers(min_value=0, max_value=2**47 * 1000))
 attempts = st.integers(min_value=1, max_value=MAX_ATTEMPT)
 hosts = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", fullmatch=True)
+
+SURROGATES: tuple[Literal["Cs"]] = ("Cs",)  # no lone surrogates: not UTF-8
 
 
 queues = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9.-]{0,63}", fullmatch=True)
@@ -118,16 +121,19 @@ def test_foreign_names_are_refused(name: str) -> None:
         TaskName.parse(name)
 
 
+exec_text = st.text(
+    st.characters(blacklist_characters="\0", blacklist_categories=SURROGATES)
+)  # what exec() takes
 body_strategy = st.builds(
     TaskBody,
     id=ids,
-    argv=st.lists(st.text(min_size=1), min_size=1, max_size=5),
+    argv=st.lists(exec_text.filter(bool), min_size=1, max_size=5),
     run_at=instants,
     submitted_at=instants,
-    cwd=st.text(min_size=1),
-    env=st.dictionaries(st.from_regex(r"[A-Z_]{1,8}", fullmatch=True), st.text()),
+    cwd=exec_text.map(lambda t: "/" + t),
+    env=st.dictionaries(st.from_regex(r"[A-Z_]{1,8}", fullmatch=True), exec_text),
     queue=st.from_regex(r"[a-z][a-z0-9.-]{0,10}", fullmatch=True),
-    key=st.none() | st.text(),
+    key=st.none() | exec_text,
     max_attempts=st.integers(min_value=1, max_value=100),
     timeout=st.none() | st.integers(min_value=1, max_value=10**12),
     expires=st.none() | st.integers(min_value=1, max_value=10**12),
