@@ -9,14 +9,19 @@ is a task's file, and the daemon must name what it refused in one line.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from conftest import Daemon, Taskq, wait_for
+import pytest
+from conftest import Daemon, Taskq, stamp_cmd, wait_for
 
 from taskq.spool.layout import Spool
-from taskq.spool.task import TaskName, bucket_of, new_id
+from taskq.spool.task import DEFAULT_PATH, TaskBody, TaskName, bucket_of, new_id
 
 StartDaemon = Callable[..., Daemon]
 
@@ -46,3 +51,142 @@ def test_a_name_with_a_newline_is_one_escaped_log_line(
     (reason,) = (tq.spool / "corrupt").glob("*.reason")
     assert reason.read_text().count("\n") == 1
     assert all("\n" not in p.name for p in (tq.spool / "corrupt").iterdir())
+
+
+def no_traceback(proc: subprocess.CompletedProcess[bytes], statuses: set[int]) -> None:
+    """An operator command that read a bad file: a documented status, at most one-line errors."""
+    assert b"Traceback" not in proc.stderr, proc.stderr.decode()
+    assert proc.returncode in statuses, (proc.returncode, proc.stderr.decode())
+
+
+def hand_placed(tq: Taskq, change: Callable[[dict[str, Any]], str]) -> Path:
+    """A task file in a due bucket whose body is a good body changed by hand (change returns
+    the JSON text, so that it can also write what json.dumps would not)."""
+    body = TaskBody(new_id(time.time_ns() // 1000), ["true"], 0, 0, env={"PATH": DEFAULT_PATH})
+    doc = json.loads(body.to_json())
+    name = TaskName(time.time_ns() // 1000 - 60_000_000, body.id, 1)
+    path = tq.spool / "pending" / name.bucket / str(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(change(doc))
+    path.chmod(0o600)
+    return path
+
+
+def _set(**changes: Any) -> Callable[[dict[str, Any]], str]:
+    return lambda doc: json.dumps({**doc, **changes})
+
+
+def _deep_argv(doc: dict[str, Any]) -> str:
+    return json.dumps({**doc, "argv": "ARGV"}).replace('"ARGV"', "[" * 5000 + "]" * 5000)
+
+
+# issue 23, "A private spool, one hand-placed file": each once killed the
+# daemon and every restart (spawn's ValueError, OverflowError, RecursionError).
+HAND_PLACED = {
+    "a NUL in an argv string": (_set(argv=["echo", "a\0b"]), "NUL"),
+    "a NUL in cwd": (_set(cwd="/\0tmp"), "NUL"),
+    "a NUL in an env value": (_set(env={"PATH": DEFAULT_PATH, "X": "a\0b"}), "NUL"),
+    "an env name with '='": (_set(env={"PATH": DEFAULT_PATH, "A=B": "1"}), "names are"),
+    "expires 9e307": (_set(expires=9e307), "expires must be"),
+    "argv nested 5000 deep": (_deep_argv, "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("case", list(HAND_PLACED))
+def test_a_hand_placed_body_is_quarantined_and_the_daemon_runs_on(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path, case: str
+) -> None:
+    change, reason = HAND_PLACED[case]
+    Spool(str(tq.spool)).init()
+    bad = hand_placed(tq, change)
+    for command in (["ls"], ["fsck", "--dry-run"], ["fsck", "--dry-run", "--json"], ["stats"]):
+        no_traceback(tq.run(*command, check=False), {0, 1})  # fsck: 1, a problem remains
+    daemon = start_daemon("--rescan", "0.2s")
+    good = tq.submit("--", *stamp_cmd(stamps))
+    tq.wait_state(good, ("done",))
+    wait_for(lambda: not bad.exists(), 15, "the bad body to be quarantined")
+    (why,) = (tq.spool / "corrupt").glob("*.reason")
+    assert reason in why.read_text() and why.read_text().count("\n") == 1
+    refused = [ln for ln in daemon.text().splitlines() if "quarantined" in ln]
+    assert len(refused) == 1 and bad.name in refused[0] and reason in refused[0], daemon.text()
+    assert daemon.proc.poll() is None
+    daemon.stop()
+    again = start_daemon()  # a restart meets nothing of it
+    later = tq.submit("--", *stamp_cmd(stamps))
+    tq.wait_state(later, ("done",))
+    assert again.proc.poll() is None
+    no_traceback(tq.run("fsck", check=False), {0})
+
+
+def test_a_schedule_starting_in_9999_is_refused_and_leaves_nothing(
+    tq: Taskq, start_daemon: StartDaemon
+) -> None:
+    proc = tq.run(
+        "schedule", "add", "x", "--cron", "0 0 1 1 *", "--start", "9999-01-01T00:00:00Z",
+        "--", "true", check=False,
+    )  # fmt: skip
+    no_traceback(proc, {2})
+    assert len(proc.stderr.decode().strip().splitlines()) == 1
+    assert not (tq.spool / "schedules" / "x").exists()
+    assert json.loads(tq.run("ls", "--json").stdout or b"null") is None  # no occurrence
+    no_traceback(tq.run("schedule", "ls", check=False), {0})
+    daemon = start_daemon()
+    tq.wait_state(tq.submit("--", "true"), ("done",))
+    assert daemon.proc.poll() is None
+
+
+# issue 23: schedule.json, which taskq-spool(5) lets an operator edit.
+SCHEDULE_EDITS = {"every 1e-9": {"every": 1e-9}, "every 1e12": {"every": 1e12}}
+SCHEDULE_EDITS["jitter 1e300"] = {"jitter": 1e300}
+
+
+@pytest.mark.parametrize("case", list(SCHEDULE_EDITS))
+def test_a_hand_edited_schedule_is_quarantined_and_the_daemon_runs_on(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path, case: str
+) -> None:
+    tq.run("schedule", "add", "edited", "--every", "1h", "--", "true")
+    path = tq.spool / "schedules" / "edited" / "schedule.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, **SCHEDULE_EDITS[case]}))
+    for command in (["schedule", "ls"], ["schedule", "show", "edited"], ["fsck", "--dry-run"]):
+        no_traceback(tq.run(*command, check=False), {0, 1})
+    daemon = start_daemon("--rescan", "0.2s")
+    wait_for(lambda: not path.exists(), 30, "the schedule to be quarantined")
+    refused = [ln for ln in daemon.text().splitlines() if "schedule edited" in ln]
+    assert len(refused) == 1 and "bad schedule" in refused[0], daemon.text()
+    tq.wait_state(tq.submit("--", *stamp_cmd(stamps)), ("done",))
+    assert daemon.proc.poll() is None
+    no_traceback(tq.run("schedule", "ls", check=False), {0})
+
+
+@pytest.mark.parametrize("timeout", ["inf", "nan", "1e300", "-inf"])
+def test_a_notify_timeout_out_of_range_is_one_line_and_78(tq: Taskq, timeout: str) -> None:
+    Spool(str(tq.spool)).init()
+    (tq.spool / "config.toml").write_text(f'[notify]\ncommand = ["true"]\ntimeout = {timeout}\n')
+    proc = tq.run("daemon", check=False)
+    no_traceback(proc, {78})
+    assert len(proc.stderr.decode().strip().splitlines()) == 1, proc.stderr.decode()
+    assert "notify.timeout" in proc.stderr.decode()
+
+
+def test_fifos_in_run_and_logs_never_hang_a_reader(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    prom = tmp_path / "taskq.prom"
+    daemon = start_daemon("--metrics-file", str(prom), "--rescan", "0.2s")
+    task_id = tq.submit("--", "true")
+    tq.wait_state(task_id, ("done",))
+    journal = tq.spool / "logs" / task_id / "journal"
+    journal.unlink()
+    os.mkfifo(journal)
+    counts = tq.spool / "run" / "counts.tsv"
+    counts.unlink(missing_ok=True)
+    os.mkfifo(counts)
+    os.mkfifo(tq.spool / "run" / "testhost_1.status")  # a daemon record that is a FIFO
+    for command in (["stats"], ["show", task_id], ["wait", task_id], ["status"], ["ls"]):
+        no_traceback(tq.run(*command, check=False), {0})  # run's own timeout: 60 s
+    started = time.time()
+    wait_for(lambda: prom.exists() and prom.stat().st_mtime > started, 30, "a metrics count")
+    assert daemon.proc.poll() is None
+    no_traceback(tq.run("fsck", check=False), {0, 1})
+    assert not journal.exists()  # fsck set it aside: the next append makes a journal again

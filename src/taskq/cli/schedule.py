@@ -19,10 +19,17 @@ from taskq.cli import output, schedule_asked
 from taskq.cli.common import init_spool, read_stdin, spool_of
 from taskq.cli.params import DURATION, ENV_VAR, POSITIVE_DURATION, Count, PlainGroup
 from taskq.client import request
-from taskq.errors import BadInput, CorruptFile
+from taskq.errors import BadInput, CorruptFile, NotFound
 from taskq.schedules import materialise, view
 from taskq.schedules.rules import check_date
-from taskq.schedules.slots import Spec, check_cron, check_zone, every_anchor, local_text
+from taskq.schedules.slots import (
+    Spec,
+    check_bound,
+    check_cron,
+    check_zone,
+    every_anchor,
+    local_text,
+)
 from taskq.schedules.store import (
     MAX_FAILURES,
     MAX_RULES,
@@ -44,6 +51,7 @@ from taskq.spool.task import (
     TaskName,
     check_queue,
 )
+from taskq.text.quote import quote
 from taskq.times import zones
 from taskq.times.clock import wall_us
 from taskq.times.timespec import format_duration, format_iso
@@ -201,8 +209,10 @@ def _build(opts: dict[str, Any], now: int) -> Schedule:
         raise BadInput("--every-after has one slot outstanding at most: --catchup is latest")
     if len(crons) + len(opts["except_cron"]) + len(opts["except_dates"]) > 3 * MAX_RULES:
         raise BadInput(f"at most {MAX_RULES} each of --cron, --except-cron and --except")
-    start = None if opts["start"] is None else parse_when(opts["start"], now)
-    end = None if opts["end"] is None else parse_when(opts["end"], now)
+    start, end = (
+        None if opts[k] is None else check_bound(f"--{k} {opts[k]}", parse_when(opts[k], now))
+        for k in ("start", "end")
+    )
     if start is not None and end is not None and end < start:
         raise BadInput("--end is before --start")
     spec = Spec(
@@ -269,7 +279,7 @@ def _iso(us: int) -> str:
 def ls_(ctx: click.Context, as_json: bool) -> None:
     """List the schedules: when, policies, next run."""
     store, now = _store(ctx), _now()
-    rows = [_summary(store, name, now) for name in store.names()]
+    rows = [row for name in store.names() if (row := _summary(store, name, now)) is not None]
     if as_json:
         output.write(json.dumps(rows, indent=1))
     elif rows:
@@ -285,11 +295,14 @@ def _table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def _summary(store: Store, name: str, now: int) -> dict[str, Any]:
+def _summary(store: Store, name: str, now: int) -> dict[str, Any] | None:
+    """A schedule's row; a bad one's says why, in one line; None if it was removed meanwhile."""
     try:
         sched = store.read(name)
-    except CorruptFile as e:
-        return {"name": name, "when": f"(unreadable: {e})", "next": None}
+    except NotFound:
+        return None
+    except (CorruptFile, OSError) as e:
+        return {"name": name, "when": f"(unreadable: {quote(str(e))})", "next": None}
     state = store.state(name, sched.since)
     nxt = view.next_slot(sched, state, now)
     return {

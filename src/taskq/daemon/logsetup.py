@@ -21,7 +21,6 @@ from typing import TextIO
 
 from taskq.errors import BadInput
 from taskq.spool import fsutil
-
 from taskq.text.quote import quote
 
 PRIORITIES = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3}

@@ -12,13 +12,14 @@ output. Sending is the teller's job (`sendmail -t`).
 
 from __future__ import annotations
 
-import os
 import pwd
 import shlex
 from collections.abc import Callable
 from email.message import EmailMessage
 from typing import Any
 
+from taskq.errors import CorruptFile
+from taskq.spool import fsutil
 from taskq.spool.states import State
 from taskq.spool.task import TaskBody
 
@@ -98,11 +99,8 @@ def output_tail(path: str | None) -> str:
     if path is None:
         return ""
     try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - TAIL_BYTES))
-            data = f.read()
-    except OSError:
+        data = fsutil.read_tail(path, TAIL_BYTES)
+    except (OSError, CorruptFile):  # gone, or no regular file (a FIFO would block)
         return ""
     text = data.decode(errors="replace")
     return "\n".join(text.splitlines()[-TAIL_LINES:])

@@ -24,10 +24,12 @@ import functools
 import os
 import time
 
+from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.layout import COUNTS_CACHE
 
 SETTLE = 2_000_000_000  # ns a directory must have been unchanged to be cached
+MAX_CACHE = 64 << 20  # a larger cache file is not read (counting lists everything instead)
 
 
 def task_names(directory: str) -> list[str]:
@@ -60,10 +62,10 @@ class DirCounts:
         self._fds: dict[str, int] = {}
 
     def _load(self) -> dict[str, str]:
+        """The cache as read; anything but a regular file of text reads as empty (derived data)."""
         try:
-            with open(self.path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, ValueError):
+            text = fsutil.read_small(self.path, MAX_CACHE)[0].decode()
+        except (OSError, ValueError, CorruptFile):  # a FIFO there would block: never opened so
             return {}
         old = {}
         for line in text.splitlines():
@@ -128,7 +130,7 @@ def _parse_counts(text: str) -> dict[str, int] | None:
     counts = {}
     for item in text.split(",") if text else ():
         queue, _, n = item.partition(":")
-        if not n.isdigit():
+        if not (n.isascii() and n.isdigit() and len(n) <= 18):
             return None
         counts[queue] = int(n)
     return counts

@@ -33,7 +33,15 @@ except ModuleNotFoundError:  # Debian 12 has no cronsim: its taskq package bundl
     from taskq._vendor.cronsim import CronSim, CronSimError  # type: ignore[import-not-found,no-redef]
 
 from taskq.errors import BadInput
-from taskq.times.timespec import HOUR, SECOND, datetime_to_us, us_to_datetime
+from taskq.times.timespec import (
+    HOUR,
+    MAX_DURATION,
+    MAX_INSTANT,
+    SECOND,
+    datetime_to_us,
+    format_iso,
+    us_to_datetime,
+)
 
 ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -45,6 +53,10 @@ ALIASES = {
     "@hourly": "0 * * * *",
 }
 FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
+# The latest slot a schedule may have: a century (the longest --jitter)
+# before the latest instant a task may name, so every occurrence's run
+# time, jitter added, is one taskq can write.
+LAST_SLOT = MAX_INSTANT - MAX_DURATION
 WALK_LIMIT = 100_000  # cron matches walked at most per question (over 69 days of minutes)
 # The largest clock change that a wildcard walk looks around: cron(8) treats a
 # change of 3 hours or more as a correction, not summer time.
@@ -88,9 +100,19 @@ def check_zone(name: str) -> str:
         if name in _HOST_ZONES:
             raise ValueError(name)
         zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long
         raise BadInput(f"bad --tz {name!r}: not an IANA time zone (e.g. Europe/Berlin)") from None
     return name
+
+
+def check_bound(what: str, instant: int) -> int:
+    """A --start or --end: no later than LAST_SLOT; BadInput otherwise."""
+    if instant > LAST_SLOT:
+        raise BadInput(
+            f"{what} is after the last slot a schedule may have ({format_iso(LAST_SLOT)}, "
+            "a century before the year 9999 that task times end in)"
+        )
+    return instant
 
 
 @dataclass(frozen=True)
@@ -105,12 +127,19 @@ class Spec:
     end: int | None = None  # no slot after
 
     def after(self, t: int) -> int | None:
-        """The first slot strictly after t, or None when the schedule has ended."""
+        """The first slot strictly after t, or None when the schedule has ended (LAST_SLOT)."""
         lo = t if self.start is None else max(t, self.start - 1)
+        if lo >= LAST_SLOT:
+            return None
         slot = self._every_after(lo) if self.every else next(self._cron_after(lo), None)
-        if slot is None or (self.end is not None and slot > self.end):
+        if slot is None or slot > self.last:
             return None
         return slot
+
+    @property
+    def last(self) -> int:
+        """The latest instant a slot may fall at: --end, or LAST_SLOT."""
+        return LAST_SLOT if self.end is None else min(self.end, LAST_SLOT)
 
     def upcoming(self, t: int, n: int) -> list[int]:
         """The next n slots after t (fewer if the schedule ends)."""
@@ -130,8 +159,7 @@ class Spec:
         """
         if self.start is not None:
             lo = max(lo, self.start - 1)
-        if self.end is not None:
-            hi = min(hi, self.end)
+        hi = min(hi, self.last)
         if hi <= lo:
             return [], 0
         if self.every:
@@ -158,32 +186,40 @@ class Spec:
         return self.anchor + max(k, 0) * self.every
 
     def _cron_after(self, t: int) -> Iterator[int]:
+        """Cron slots after t, up to the calendar's end (datetime stops at year 9999)."""
         assert self.cron
         zone = zoneinfo.ZoneInfo(self.tz)
-        if wildcard(self.cron):
-            yield from _every_match_after(self.cron, t, zone)
+        try:
+            if wildcard(self.cron):
+                yield from _every_match_after(self.cron, t, zone)
+                return
+            wall = us_to_datetime(t).astimezone(zone).replace(tzinfo=None, microsecond=0)
+            for _, naive in zip(range(WALK_LIMIT), CronSim(self.cron, wall), strict=False):
+                slot = wall_to_instant(naive, zone)
+                if slot > t:
+                    t = slot
+                    yield slot
+        except (OverflowError, ValueError):  # walked past year 9999: no more slots
             return
-        wall = us_to_datetime(t).astimezone(zone).replace(tzinfo=None, microsecond=0)
-        for _, naive in zip(range(WALK_LIMIT), CronSim(self.cron, wall), strict=False):
-            slot = wall_to_instant(naive, zone)
-            if slot > t:
-                t = slot
-                yield slot
 
     def _cron_before(self, t: int) -> Iterator[int]:
+        """Cron slots up to t, latest first, down to the calendar's start."""
         assert self.cron
         zone = zoneinfo.ZoneInfo(self.tz)
-        if wildcard(self.cron):
-            yield from _every_match_before(self.cron, t, zone)
-            return
-        wall = us_to_datetime(t + SECOND).astimezone(zone).replace(tzinfo=None, microsecond=0)
         bound = t + 1
-        walk = CronSim(self.cron, wall, reverse=True)
-        for _, naive in zip(range(WALK_LIMIT), walk, strict=False):
-            slot = wall_to_instant(naive, zone)
-            if slot < bound:
-                bound = slot
-                yield slot
+        try:
+            if wildcard(self.cron):
+                yield from _every_match_before(self.cron, t, zone)
+                return
+            wall = us_to_datetime(t + SECOND).astimezone(zone).replace(tzinfo=None, microsecond=0)
+            walk = CronSim(self.cron, wall, reverse=True)
+            for _, naive in zip(range(WALK_LIMIT), walk, strict=False):
+                slot = wall_to_instant(naive, zone)
+                if slot < bound:
+                    bound = slot
+                    yield slot
+        except (OverflowError, ValueError):  # walked before year 1
+            return
 
 
 def _every_match_after(cron: str, t: int, zone: zoneinfo.ZoneInfo) -> Iterator[int]:

@@ -32,12 +32,12 @@ from typing import Any
 from taskq.errors import BadInput, Conflict, CorruptFile, NotFound, TaskqError
 from taskq.schedules.rules import Rules, check_date
 from taskq.schedules.slots import Spec
-from taskq.spool import fsutil, journal
+from taskq.spool import fields, fsutil, journal
 from taskq.spool.journal import Event
 from taskq.spool.layout import CURSOR_FILE, SCHEDULE_FILE, Spool
-from taskq.spool.task import Request, TaskBody, check_id, new_id
+from taskq.spool.task import Request, TaskBody, TaskName, check_id, new_id
+from taskq.text.quote import quote
 from taskq.times.timespec import SECOND, format_iso
-from taskq.times.when import parse_when
 
 VERSION = 1
 DECIDED = (Event.MADE, Event.CAUGHT_UP, Event.SKIPPED)  # journal events that decide a slot
@@ -159,98 +159,101 @@ class Schedule:
 
     @classmethod
     def from_json(cls, data: bytes) -> Schedule:
-        """Parse and validate; CorruptFile says why it is bad."""
+        """Parse and check every field (spool/fields.py); CorruptFile says why it is bad."""
         try:
-            return _from_doc(json.loads(data))
-        except CorruptFile:
-            raise
-        except (ValueError, TypeError, KeyError, BadInput, AssertionError) as e:
+            return _from_doc(fields.document(data))
+        except KeyError as e:
+            raise CorruptFile(f"bad schedule: no {e}") from None
+        except (BadInput, ValueError, TypeError, OverflowError) as e:  # a check's, or a parse's
             raise CorruptFile(f"bad schedule: {e}") from None
 
 
 def _from_doc(doc: dict[str, Any]) -> Schedule:
-    from taskq.schedules.slots import check_zone
-
     if doc.get("version") != VERSION:
-        raise CorruptFile(f"bad schedule: unknown version {doc.get('version')!r}")
+        raise BadInput(f"unknown version {quote(repr(doc.get('version')))[:40]}")
     crons = _crons(doc.get("cron"), "cron")
-    every, after = _seconds(doc, "every"), _seconds(doc, "every_after")
+    every = fields.optional(_interval, "every", doc.get("every"))
+    after = fields.optional(_interval, "every_after", doc.get("every_after"))
     if sum((bool(crons), every is not None, after is not None)) != 1:
-        raise CorruptFile("bad schedule: give one of cron, every and every_after")
-    spec = Spec(
-        cron=crons[0] if crons else None,
-        every=every if every is not None else after,
-        tz=check_zone(str(doc["tz"])),
-        anchor=parse_when(str(doc["anchor"]), 0),
-        start=_opt_when(doc, "start"),
-        end=_opt_when(doc, "end"),
-    )
-    task = dict(doc["task"])
-    task.update(version=1, id=new_id(0), run_at=format_iso(0), submitted_at=format_iso(0))
-    jitter = doc.get("jitter") or 0
-    if not isinstance(jitter, int | float) or jitter < 0:
-        raise CorruptFile("bad schedule: jitter must be a number of seconds")
-    if not isinstance(doc.get("paused", False), bool):
-        raise CorruptFile("bad schedule: paused must be true or false")
-    overlap = str(doc["overlap"])
-    if overlap not in OVERLAP:
-        raise CorruptFile(f"bad schedule: overlap {overlap!r}")
+        raise BadInput("give one of cron, every and every_after")
     return Schedule(
-        name=check_name(str(doc["name"])),
-        spec=spec,
-        catchup=check_catchup(str(doc["catchup"])),
-        overlap=overlap,
-        jitter=round(jitter * SECOND),
-        task=TaskBody.from_json(json.dumps(task).encode()),
-        created=parse_when(str(doc["created"]), 0),
-        since=parse_when(str(doc["since"]), 0),
-        paused=bool(doc.get("paused", False)),
+        name=check_name(fields.text("name", doc["name"])),
+        spec=_spec(doc, crons[0] if crons else None, every if every is not None else after),
+        catchup=check_catchup(fields.text("catchup", doc["catchup"])),
+        overlap=fields.choice("overlap", doc["overlap"], OVERLAP),
+        jitter=fields.seconds("jitter", doc.get("jitter") or 0, allow_zero=True),
+        task=_template(doc["task"]),
+        created=fields.instant("created", doc["created"]),
+        since=fields.instant("since", doc["since"]),
+        paused=fields.flag("paused", doc.get("paused", False)),
         also=tuple(crons[1:]),
         except_cron=tuple(_crons(doc.get("except_cron"), "except_cron")),
-        except_dates=tuple(check_date(str(d)) for d in _list(doc.get("except"), "except")),
+        except_dates=tuple(
+            check_date(fields.text("except", d)) for d in _list(doc.get("except"), "except")
+        ),
         every_after=after is not None,
-        pause_after=_count(doc.get("pause_after_failures")),
-        skip_before=_opt_when(doc, "skip_before"),
+        pause_after=fields.optional(
+            fields.whole, "pause_after_failures", doc.get("pause_after_failures"), 1, MAX_FAILURES
+        ),
+        skip_before=fields.optional(fields.instant, "skip_before", doc.get("skip_before")),
     )
 
 
-def _crons(value: Any, field: str) -> list[str]:
+def _spec(doc: dict[str, Any], cron: str | None, every: int | None) -> Spec:
+    """When the slots fall: cron in a zone, or an interval; within LAST_SLOT."""
+    from taskq.schedules.slots import check_bound, check_zone
+
+    start, end = (fields.optional(fields.instant, k, doc.get(k)) for k in ("start", "end"))
+    for key, value in (("start", start), ("end", end)):
+        if value is not None:
+            check_bound(key, value)
+    return Spec(
+        cron=cron,
+        every=every,
+        tz=check_zone(fields.text("tz", doc["tz"])),
+        anchor=fields.instant("anchor", doc["anchor"]),
+        start=start,
+        end=end,
+    )
+
+
+def _interval(what: str, value: object) -> int:
+    """An every or every_after: a number of seconds, at least a microsecond, within a century."""
+    us = fields.seconds(what, value)
+    if us == 0:
+        raise BadInput(f"{what} must be at least a microsecond")
+    return us
+
+
+def _crons(value: Any, what: str) -> list[str]:
     """A cron field: one expression, a list of them, or none."""
     from taskq.schedules.slots import check_cron
 
-    items = [value] if isinstance(value, str) else _list(value, field)
-    return [check_cron(str(e)) for e in items]
+    items = [value] if isinstance(value, str) else _list(value, what)
+    return [check_cron(fields.text(what, e)) for e in items]
 
 
-def _list(value: Any, name: str, most: int = 0) -> list[Any]:
+def _list(value: Any, what: str, most: int = 0) -> list[Any]:
     most = most or MAX_RULES
     if value is None:
         return []
-    if not isinstance(value, list) or len(value) > most:
-        raise CorruptFile(f"bad schedule: {name} must be a list of at most {most}")
+    if type(value) is not list or len(value) > most:
+        raise BadInput(f"{what} must be a list of at most {most}")
     return value
 
 
-def _seconds(doc: dict[str, Any], key: str) -> int | None:
-    value = doc.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e12:
-        raise CorruptFile(f"bad schedule: {key} must be a positive number of seconds")
-    return round(value * SECOND)
+def _template(value: object) -> TaskBody:
+    """The task each occurrence is: a body's fields, checked as a body's (without its times)."""
+    if type(value) is not dict:
+        raise BadInput("task must be an object")
+    task = {**value, "version": 1, "id": new_id(0), "run_at": _EPOCH, "submitted_at": _EPOCH}
+    try:
+        return TaskBody.from_doc(task)
+    except CorruptFile as e:
+        raise BadInput(f"task: {str(e).removeprefix('bad task body: ')}") from None
 
 
-def _count(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_FAILURES:
-        raise CorruptFile(f"bad schedule: pause_after_failures must be 1 to {MAX_FAILURES}")
-    return value
-
-
-def _opt_when(doc: dict[str, Any], key: str) -> int | None:
-    value = doc.get(key)
-    return None if value is None else parse_when(str(value), 0)
+_EPOCH = format_iso(0)
 
 
 def occurrence_key(name: str, slot: int) -> str:
@@ -322,24 +325,29 @@ class Cursor:
 
     @classmethod
     def from_json(cls, data: bytes) -> Cursor:
+        """Parse and check the cursor; CorruptFile says why it is not one."""
         try:
-            doc = json.loads(data)
+            doc = fields.document(data)
             return cls(
-                cursor=parse_when(str(doc["cursor"]), 0),
-                cursor_task=_opt(doc, "cursor_task"),
-                checked=bool(doc.get("checked", False)),
-                prev_task=_opt(doc, "prev_task"),
-                held=_opt(doc, "held"),
-                held_behind=_opt(doc, "held_behind"),
-                live=[check_id(str(t)) for t in _list(doc.get("live"), "live", MAX_LIVE)],
+                cursor=fields.instant("cursor", doc["cursor"]),
+                cursor_task=_task_name("cursor_task", doc.get("cursor_task")),
+                checked=fields.flag("checked", doc.get("checked", False)),
+                prev_task=_task_name("prev_task", doc.get("prev_task")),
+                held=_task_name("held", doc.get("held")),
+                held_behind=fields.optional(_task_id, "held_behind", doc.get("held_behind")),
+                live=[_task_id("live", t) for t in _list(doc.get("live"), "live", MAX_LIVE)],
                 failures=_natural(doc.get("failures", 0)),
-                last_end=_opt_when(doc, "last_end"),
-                last_success=_opt_when(doc, "last_success"),
-                auto_paused=_opt_when(doc, "auto_paused"),
+                last_end=fields.optional(fields.instant, "last_end", doc.get("last_end")),
+                last_success=fields.optional(
+                    fields.instant, "last_success", doc.get("last_success")
+                ),
+                auto_paused=fields.optional(fields.instant, "auto_paused", doc.get("auto_paused")),
                 missed=_natural(doc.get("missed", 0)),
                 skipped=_tally(doc.get("skipped")),
             )
-        except (ValueError, TypeError, KeyError, BadInput, CorruptFile) as e:
+        except KeyError as e:
+            raise CorruptFile(f"bad schedule state: no {e}") from None
+        except (BadInput, ValueError, TypeError, OverflowError) as e:
             raise CorruptFile(f"bad schedule state: {e}") from None
 
     def count_skipped(self, why: str, n: int = 1) -> None:
@@ -364,9 +372,16 @@ def _tally(value: Any) -> dict[str, int]:
     return {str(k): _natural(v) for k, v in value.items()}
 
 
-def _opt(doc: dict[str, Any], key: str) -> str | None:
-    value = doc.get(key)
-    return None if value is None else str(value)
+def _task_name(what: str, value: object) -> str | None:
+    """A task's file name as the state records it, or None."""
+    if value is None:
+        return None
+    TaskName.parse(fields.text(what, value))  # ValueError if it names no task
+    return str(value)
+
+
+def _task_id(what: str, value: object) -> str:
+    return check_id(fields.text(what, value))
 
 
 class Store:
@@ -397,7 +412,10 @@ class Store:
             data = fsutil.read_spool_file(path, MAX_FILE)
         except FileNotFoundError:
             raise NotFound(f"no schedule {name} in {self.spool.root}") from None
-        return Schedule.from_json(data)
+        sched = Schedule.from_json(data)
+        if sched.name != name:  # its state and journal are its directory's
+            raise CorruptFile(f"bad schedule: named {sched.name}, in the directory of {name}")
+        return sched
 
     def create(self, sched: Schedule, replace_it: bool) -> bool:
         """Write a new schedule; refuse an existing name unless replace_it. True if replaced."""
@@ -439,7 +457,7 @@ class Store:
                 latest = 0
             for key in ("slot", "before") if r.get("event") in DECIDED else ():
                 with contextlib.suppress(TypeError, TaskqError):
-                    latest = max(latest, parse_when(str(r[key]), 0) if key in r else 0)
+                    latest = max(latest, fields.instant(key, r[key]) if key in r else 0)
         return latest
 
     def save_state(self, name: str, state: Cursor, base: Cursor | None = None) -> None:

@@ -8,6 +8,10 @@ attempts part and `taskq logs -f` read them here.
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
+
 from taskq.spool import locks
 from taskq.spool.layout import status_path
 
@@ -23,12 +27,26 @@ def read_status(log_dir: str, attempt: int) -> int | None:
 
 
 def read_supervisor(log_dir: str, attempt: int) -> tuple[bool, int | None]:
-    """(whether the supervisor began, the exit status it recorded if any)."""
+    """(whether the supervisor began, the exit status it recorded if any).
+
+    The status is a shell's $?, 0 to 255; a file that is no regular file,
+    or holds anything else, recorded none.
+    """
     try:
-        with open(status_path(log_dir, attempt), "rb") as f:
-            lines = f.read(64).split()
-    except FileNotFoundError:
-        return False, None
+        fd = os.open(status_path(log_dir, attempt), _READ)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ELOOP):  # none, or a link: no supervisor wrote it
+            return False, None
+        raise
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        lines = os.read(fd, 64).split() if regular else []
+    finally:
+        os.close(fd)
     began = b"S" in lines
-    code = int(lines[-1]) if lines and lines[-1].isdigit() else None
+    last = lines[-1] if lines else b""
+    code = int(last) if last.isdigit() and len(last) <= 3 and int(last) <= 255 else None
     return began or code is not None, code
+
+
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

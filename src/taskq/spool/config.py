@@ -18,11 +18,12 @@ import re
 import stat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from taskq.errors import ConfigError, TaskqError
+from taskq.errors import BadInput, ConfigError, TaskqError
+from taskq.spool import fields
 from taskq.spool.layout import CONFIG
 from taskq.spool.states import END_STATES
 from taskq.text.lazyre import Lazy
-from taskq.times.timespec import SECOND, parse_duration
+from taskq.times.timespec import DAY, SECOND, parse_duration
 
 if TYPE_CHECKING:
     from taskq.spool.runas import UserRules
@@ -134,23 +135,27 @@ class SpoolConfig:
         where = f"{self.path}: notify"
         if not isinstance(table, dict) or set(table) - {"command", "on", "timeout"}:
             raise ConfigError(f"{where}: takes only command, on and timeout")
-        command = table.get("command")
-        if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
-            raise ConfigError(f"{where}.command must be a non-empty list of strings")
+        try:
+            command = fields.command(table.get("command"), "notify.command")[0]
+        except BadInput as e:
+            raise ConfigError(f"{self.path}: {e}") from None
         on = table.get("on", list(END_STATES))
-        if not (isinstance(on, list) and set(on) <= set(END_STATES)):
+        if not (type(on) is list and set(map(str, on)) <= set(END_STATES)):
             raise ConfigError(f"{where}.on must list some of done, failed, cancelled")
         return Notify(tuple(command), frozenset(on), _duration(where, table.get("timeout", "30s")))
 
 
+MAX_HOOK = DAY  # the longest [notify] timeout (subprocess waits take at most 24.8 days)
+
+
 def _duration(where: str, value: Any) -> int:
-    """A timeout: a DURATION string ("30s") or a number of seconds, above zero."""
+    """A timeout: a DURATION string ("30s") or a number of seconds, above zero, a day at most."""
     try:
-        us = round(value * SECOND) if isinstance(value, int | float) else parse_duration(value)
-    except (TaskqError, TypeError, AttributeError):
+        us = parse_duration(value) if type(value) is str else fields.seconds("timeout", value)
+    except TaskqError:
         us = 0
-    if isinstance(value, bool) or us <= 0:
-        raise ConfigError(f'{where}.timeout must be a duration above zero, e.g. "30s"')
+    if not 0 < us <= MAX_HOOK:
+        raise ConfigError(f'{where}.timeout must be a duration from above 0 to 1d, e.g. "30s"')
     return us
 
 
@@ -183,7 +188,9 @@ def load(root: str) -> SpoolConfig:
 
     try:
         return SpoolConfig(path, tomllib.loads(data.decode()))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+    except RecursionError:
+        raise ConfigError(f"cannot read {path}: nested too deeply") from None
+    except ValueError as e:  # not UTF-8, not TOML, or a number too long to read
         raise ConfigError(f"cannot read {path}: {e}") from None
 
 

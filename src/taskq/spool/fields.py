@@ -258,6 +258,55 @@ def flag(what: str, value: object) -> bool:
     return value
 
 
+Check = Callable[[object], bool]
+
+
+def conforms(doc: dict[str, Any], checks: Mapping[str, Check]) -> bool:
+    """Whether each known field of a record passes its check, and the rest are scalars.
+
+    For records that are shown as they are (journal lines, daemons' status
+    records): an unknown field may be shown but never walked, so it may
+    not nest.
+    """
+    try:
+        for key, value in doc.items():
+            check = checks.get(key)
+            if check is None:
+                if value is not None and type(value) not in _SCALARS:
+                    return False
+            elif not check(value):
+                return False
+    except (BadInput, TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
+_SCALARS = {str, int, float, bool}
+
+
+def is_text(value: object) -> bool:
+    return type(value) is str
+
+
+def is_flag(value: object) -> bool:
+    return type(value) is bool
+
+
+def is_time(value: object) -> bool:
+    """A time taskq takes (instant); BadInput is as good as False to conforms()."""
+    instant("time", value)
+    return True
+
+
+def is_number(value: object) -> bool:
+    """A finite number within a century of seconds, either way."""
+    return type(value) in (int, float) and abs(value) <= MAX_SECONDS  # type: ignore[arg-type]
+
+
+def is_whole(lo: int, hi: int) -> Check:
+    return lambda v: type(v) is int and lo <= v <= hi
+
+
 def optional(check: Callable[..., Any], what: str, value: object, *args: Any) -> Any:
     """check(what, value, *args), or None for a value that is absent (None)."""
     return None if value is None else check(what, value, *args)

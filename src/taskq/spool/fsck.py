@@ -22,7 +22,16 @@ from dataclasses import dataclass, field
 from taskq.errors import BadInput, CorruptFile, NotFound
 from taskq.spool import byid, fsutil, hints, retention, sharing, walk
 from taskq.spool.keys import ForeignKey, key_owner, read_key
-from taskq.spool.layout import CONFIG, DOORBELL, DROP_DIRS, RANKED, SUBDIRS, Spool, stray
+from taskq.spool.layout import (
+    CONFIG,
+    DOORBELL,
+    DROP_DIRS,
+    RANKED,
+    SUBDIRS,
+    Spool,
+    journal_path,
+    stray,
+)
 from taskq.spool.states import State
 from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, valid_id
 
@@ -272,10 +281,20 @@ class Checker:
 
     def orphaned_logs(self) -> None:
         for entry in fsutil.listdir(self.spool.logs):
+            self.journal(journal_path(os.path.join(self.spool.logs, entry)))
             if self.gone(entry):
                 self.report.found(
                     f"logs/{entry}: no task with this id; left for the operator", False
                 )
+
+    def journal(self, path: str) -> None:
+        """A journal must be a regular file: anything else reads as none, and blocks appends."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return  # none (yet), or no directory around it
+        if not stat.S_ISREG(st.st_mode):
+            self.quarantine(path, "a journal that is not a regular file")
 
 
 def check(spool: Spool, now: int, dry_run: bool = False) -> Report:

@@ -398,6 +398,27 @@ def read_small(path: str, limit: int) -> tuple[bytes, os.stat_result]:
         os.close(fd)
 
 
+def read_tail(path: str, limit: int) -> bytes:
+    """The last `limit` bytes of a regular file (all of a smaller one): never block, never follow.
+
+    For files that grow (journals, attempts' output): a FIFO, a device or
+    a link in their place is CorruptFile, as in read_small.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CorruptFile("is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CorruptFile("not a regular file")
+        return os.pread(fd, limit, max(0, st.st_size - limit))
+    finally:
+        os.close(fd)
+
+
 def as_taskq_error(e: OSError, what: str) -> TaskqError:
     """Classify an OSError: transient (exit 75), permission, or plain failure."""
     reason = e.strerror or str(e)

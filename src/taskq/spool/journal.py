@@ -2,16 +2,23 @@
 
 History never goes into the task body: every start, end, retry, takeover,
 release, expiry and cancellation is one line here. Readers tolerate a torn last
-line (a crash mid-append) by skipping what does not parse.
+line (a crash mid-append) by skipping what does not parse, and any record
+whose known fields are not what their readers need (read's `_checked`).
+Neither reading nor appending ever blocks on, or follows, what stands at
+the journal's name.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
+from taskq.errors import CorruptFile
+from taskq.spool import fields
 from taskq.spool.layout import journal_path
 from taskq.times.timespec import format_iso
 
@@ -57,7 +64,7 @@ class Event(StrEnum):
     SKIP = "skip"  # an operator's skip of the slots before skip_before (taskq schedule skip)
 
 
-def append(log_dir: str, event: Event, now: int, **fields: Any) -> bool:
+def append(log_dir: str, event: Event, now: int, **values: Any) -> bool:
     """Append one record, creating the log directory if needed.
 
     Most records are history, not state: a record that cannot be written
@@ -65,16 +72,16 @@ def append(log_dir: str, event: Event, now: int, **fields: Any) -> bool:
     success.
     """
     try:
-        _write(log_dir, _line(event, now, fields), sync=False)
-    except OSError as e:
-        import logging  # rarely: off submit's import budget (tests/e2e/test_submit.py)
+        _write(log_dir, _line(event, now, values), sync=False)
+    except (OSError, CorruptFile) as e:
+        import logging  # rarely: the CLI's start-up need not import it
 
         logging.getLogger("taskq").warning("cannot journal %s in %s: %s", event, log_dir, e)
         return False
     return True
 
 
-def begin(log_dir: str, event: Event, now: int, group: int | None, **fields: Any) -> bool:
+def begin(log_dir: str, event: Event, now: int, group: int | None, **values: Any) -> bool:
     """Append a task's first record, making its journal readable by `group` (0640) if given.
 
     For a root daemon's record of a member's task: the member, alone in its
@@ -82,15 +89,8 @@ def begin(log_dir: str, event: Event, now: int, group: int | None, **fields: Any
     append, a record that cannot be written is logged and skipped.
     """
     try:
-        fd = _open(log_dir)
-        try:
-            if group is not None:
-                os.fchown(fd, -1, group)
-                os.fchmod(fd, 0o640)
-            os.write(fd, _after_torn(fd) + _line(event, now, fields))
-        finally:
-            os.close(fd)
-    except OSError as e:
+        _write(log_dir, _line(event, now, values), sync=False, group=group)
+    except (OSError, CorruptFile) as e:
         import logging
 
         logging.getLogger("taskq").warning("cannot journal %s in %s: %s", event, log_dir, e)
@@ -98,25 +98,32 @@ def begin(log_dir: str, event: Event, now: int, group: int | None, **fields: Any
     return True
 
 
-def append_durable(log_dir: str, event: Event, now: int, **fields: Any) -> None:
-    """Append a record that decides what the daemon does, and fsync it; OSError if not.
+def append_durable(log_dir: str, event: Event, now: int, **values: Any) -> None:
+    """Append a record that decides what the daemon does, and fsync it; OSError (or
+    CorruptFile: no regular file stands at the journal's name) if not.
 
     An operator's `rescheduled` and `retried` records set a task's schedule
     and its budget of attempts, so they are written before the change they
     announce and made durable, and a failure stops the change.
     """
-    _write(log_dir, _line(event, now, fields), sync=True)
+    _write(log_dir, _line(event, now, values), sync=True)
 
 
-def _line(event: Event, now: int, fields: dict[str, Any]) -> bytes:
-    record = {"event": event, "time": format_iso(now), **fields}
+def _line(event: Event, now: int, values: dict[str, Any]) -> bytes:
+    record = {"event": event, "time": format_iso(now), **values}
     return (json.dumps(record, separators=(",", ":")) + "\n").encode()
 
 
-def _write(log_dir: str, line: bytes, sync: bool) -> None:
+def _write(log_dir: str, line: bytes, sync: bool, group: int | None = None) -> None:
     fd = _open(log_dir)
     try:
-        os.write(fd, _after_torn(fd) + line)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # opened without blocking; never written into
+            raise CorruptFile(f"{journal_path(log_dir)} is not a regular file")
+        if group is not None:
+            os.fchown(fd, -1, group)
+            os.fchmod(fd, 0o640)
+        os.write(fd, _after_torn(fd, st.st_size) + line)
         if sync:
             os.fsync(fd)
     finally:
@@ -139,12 +146,11 @@ def _open(log_dir: str) -> int:
         return os.open(journal_path(log_dir), _FLAGS & ~os.O_RDWR | os.O_WRONLY)
 
 
-def _after_torn(fd: int) -> bytes:
+def _after_torn(fd: int, size: int) -> bytes:
     """A newline if the journal ends in a torn record (a crash mid-append), else nothing.
 
     Without it the next record would be glued to the torn one, and both lost.
     """
-    size = os.fstat(fd).st_size
     try:
         if size and os.pread(fd, 1, size - 1) != b"\n":
             return b"\n"
@@ -153,25 +159,95 @@ def _after_torn(fd: int) -> bytes:
     return b""
 
 
-_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def read(log_dir: str) -> list[dict[str, Any]]:
-    """Return every well-formed record, oldest first; [] if there is none."""
+    """Return every well-formed record, oldest first; [] if there is none.
+
+    A record is well formed if it is a JSON object whose known fields have
+    the types and ranges the code reading them needs (`_checked`); any
+    other line (a torn last line, a line someone wrote by hand) is skipped.
+    A journal that is no regular file (a FIFO would block for good) reads
+    as none, with a warning once; one over MAX_READ bytes is read from its
+    last MAX_READ bytes (a schedule's journal grows with its occurrences).
+    """
+    path = journal_path(log_dir)
     try:
-        with open(journal_path(log_dir), "rb") as f:
-            lines = f.read().splitlines()
+        data = _read_tail(path)
     except FileNotFoundError:
         return []
+    except (OSError, CorruptFile) as e:
+        _warn_once(path, e)
+        return []
     records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("event"), str):
+    for line in data.splitlines():
+        record = _checked(line)
+        if record is not None:
             records.append(record)
     return records
+
+
+MAX_READ = 16 << 20
+
+
+def _read_tail(path: str) -> bytes:
+    """The journal's bytes, or its last MAX_READ bytes from a line's start; never blocks."""
+    from taskq.spool.fsutil import read_tail
+
+    data = read_tail(path, MAX_READ + 1)
+    return data if len(data) <= MAX_READ else data[data.find(b"\n") + 1 :]
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(path: str, e: Exception) -> None:
+    if path not in _warned:
+        _warned.add(path)
+        import logging
+
+        logging.getLogger("taskq").warning("journal %s read as empty: %s", path, e)
+
+
+def _checked(line: bytes) -> dict[str, Any] | None:
+    """A journal line as a record, if it is one (see read); else None."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if type(record) is not dict or type(record.get("event")) is not str:
+        return None
+    return record if fields.conforms(record, _FIELDS) else None
+
+
+_text, _when, _number, _whole = fields.is_text, fields.is_time, fields.is_number, fields.is_whole
+_PID = _whole(1, (1 << 31) - 1)
+# The known fields and what their readers need of them (budget_start,
+# recovery's start record, stats' lateness, show, schedule show...).
+_FIELDS: dict[str, Callable[[object], bool]] = {
+    "event": _text,
+    "time": _when,
+    "attempt": _whole(1, 999_999),
+    "next_attempt": _whole(1, 999_999),
+    "pid": _PID,
+    "daemon_pid": _PID,
+    "proc_start": lambda v: v is None or (type(v) is int and v >= 0),
+    "exit_status": _whole(0, 255),
+    "signal": _whole(1, 127),
+    "run_at": _when,
+    "deadline": _when,
+    "lateness": _number,
+    "duration": _number,
+    "fence": _whole(0, 1 << 63),
+    "count": _whole(0, 1 << 63),
+    "lost": lambda v: type(v) is bool,
+    "notes": lambda v: type(v) is list and all(type(n) is str for n in v),
+    "slot": _text,
+    "before": _text,
+    "after": _text,
+    "task": _text,
+}
 
 
 def budget_start(records: list[dict[str, Any]], attempt: int) -> int:

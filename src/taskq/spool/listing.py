@@ -86,7 +86,7 @@ def command_of(entry: str, dir_fd: int | None) -> tuple[list[str] | None, tuple[
             after = _DECODER.raw_decode(text, at + _AFTER_LEN)[0] if at > 0 else ()
         else:
             argv, after = _whole(text)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # not a body: nested too deep, among others
         return None, ()
     finally:
         os.close(fd)

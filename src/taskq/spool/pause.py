@@ -19,11 +19,10 @@ import os
 from dataclasses import dataclass
 
 from taskq.errors import Conflict, CorruptFile, TaskqError
-from taskq.spool import fsutil
+from taskq.spool import fields, fsutil
 from taskq.spool.layout import Spool
 from taskq.spool.task import check_queue
 from taskq.times.timespec import format_iso
-from taskq.times.when import parse_when
 
 
 @dataclass(frozen=True)
@@ -74,14 +73,16 @@ def read(path: str) -> Pause:
     """Parse one pause file; CorruptFile says why it is not one."""
     data = fsutil.read_spool_file(path, 4096)
     try:
-        doc = json.loads(data)
+        doc = fields.document(data)
         until = doc["until"]
         return Pause(
             check_queue(os.path.basename(path)),
-            None if until is None else parse_when(str(until), 0),
-            parse_when(str(doc["paused_at"]), 0),
+            None if until is None else fields.instant("until", until),
+            fields.instant("paused_at", doc["paused_at"]),
         )
-    except (ValueError, TypeError, KeyError, TaskqError) as e:
+    except KeyError as e:
+        raise CorruptFile(f"not a pause file: no {e}") from None
+    except TaskqError as e:
         raise CorruptFile(f"not a pause file: {e}") from None
 
 

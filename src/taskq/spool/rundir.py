@@ -15,9 +15,10 @@ import json
 import os
 from typing import Any
 
-from taskq.errors import TaskqError
-from taskq.spool import fsutil, locks
+from taskq.errors import BadInput, CorruptFile, TaskqError
+from taskq.spool import fields, fsutil, locks
 from taskq.spool.layout import DAEMON_FILES, LOCK, RECORD, daemon_file
+from taskq.text.quote import quote
 from taskq.times.timespec import SECOND
 from taskq.times.when import parse_when
 
@@ -74,16 +75,61 @@ def remove(run_dir: str, daemon: str) -> None:
 
 
 def read_all(run_dir: str) -> list[dict[str, Any]]:
-    """Every daemon's last record, by owner name; unreadable ones are skipped."""
+    """Every daemon's last record, by owner name; what is not one is skipped, with a warning.
+
+    Each record is read as any spool file is (no link, no FIFO, bounded)
+    and checked (read_record): `taskq status`, `stats` and the metrics
+    show what it holds.
+    """
     records = []
     for entry in fsutil.listdir(run_dir):
         if not entry.endswith(RECORD) or entry.startswith("."):
             continue
+        path = os.path.join(run_dir, entry)
         try:
-            with open(os.path.join(run_dir, entry)) as f:
-                record = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict):
-            records.append(record)
+            records.append(read_record(path))
+        except FileNotFoundError:
+            continue  # its daemon stopped meanwhile
+        except (OSError, CorruptFile) as e:
+            _warn(f"skipped {quote(path)}: {e}")
     return records
+
+
+def read_record(path: str) -> dict[str, Any]:
+    """One daemon's health record; CorruptFile says why it is not one."""
+    data, _ = fsutil.read_small(path, MAX_RECORD)
+    try:
+        record = fields.document(data)
+    except BadInput as e:
+        raise CorruptFile(f"not a status record: {e}") from None
+    owner = os.path.basename(path)[: -len(SUFFIX)]
+    if record.get("owner") != owner or not fields.conforms(record, _RECORD):
+        raise CorruptFile(f"not a status record of {owner}")
+    return record
+
+
+MAX_RECORD = 64 << 10
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_RECORD: dict[str, fields.Check] = {
+    "owner": fields.is_text,
+    "host": fields.is_text,
+    "pid": fields.is_whole(1, (1 << 31) - 1),
+    "started_at": fields.is_time,
+    "updated_at": fields.is_time,
+    "dispatching": fields.is_flag,
+    "reason": lambda v: v is None or type(v) is str,
+    "stopping": fields.is_flag,
+    "uncertainty": fields.is_number,
+    "offset": fields.is_number,
+    "busy": fields.is_whole(0, 1 << 31),
+    "workers": fields.is_whole(0, 1 << 31),
+    "max_uncertainty": fields.is_number,
+    "lease": fields.is_number,
+    "clock_check": fields.is_number,
+}
+
+
+def _warn(message: str) -> None:
+    import logging
+
+    logging.getLogger("taskq").warning("%s", message)

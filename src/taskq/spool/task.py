@@ -470,7 +470,16 @@ class TaskBody(Request):
         the expiry arithmetic and the journal never see a value they refuse.
         """
         try:
-            return cls._from_doc(fields.document(data))
+            doc = fields.document(data)
+        except BadInput as e:
+            raise CorruptFile(f"bad task body: {e}") from None
+        return cls.from_doc(doc)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> TaskBody:
+        """from_json's checks of a document already decoded (a schedule's template)."""
+        try:
+            return cls._from_doc(doc)
         except KeyError as e:
             raise CorruptFile(f"bad task body: no {e}") from None
         except (BadInput, ValueError, TypeError, OverflowError) as e:  # a check's, or a parse's

@@ -18,7 +18,9 @@ tested with a stepped clock.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import time
 from collections.abc import Callable
 
@@ -123,7 +125,7 @@ class Clock:
         a few samples is the tightest safe estimate.
         """
         best: int | None = None
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = _open_probe(probe)
         try:
             for i in range(SAMPLES):
                 # A write, not utime(): the kernel (or file server) stamps it,
@@ -144,3 +146,24 @@ class Clock:
         self.offset = offset
         self.measured = True
         self._anchor = self._pair()
+
+
+def _open_probe(probe: str) -> int:
+    """Open the probe file for writing, never blocking: what is not a regular file is replaced.
+
+    The name is the daemon's own (HOST_PID.probe), but a FIFO left there
+    would block an open for writing for good.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(2):
+        try:
+            fd = os.open(probe, flags, 0o600)
+        except OSError as e:
+            if e.errno not in (errno.ENXIO, errno.ELOOP):  # a FIFO without a reader; a link
+                raise
+        else:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+            os.close(fd)
+        os.unlink(probe)
+    raise OSError(errno.EEXIST, "keeps being replaced by what is not a regular file", probe)

@@ -41,8 +41,11 @@ def test_hostile_files_are_skipped_or_shown_escaped(tmp_path: Path) -> None:
     Path(spool.log_dir(other), "journal").write_text(
         '{"event": "start", "lateness": NaN}\n{"event": "start", "lateness": 0.002}\n'
     )
-    record = {"owner": "evil\x1b[2J", "dispatching": "yes", "uncertainty": "big", "busy": [1]}
-    Path(spool.run, "evil_1.status").write_text(json.dumps(record))
+    # A record is its daemon's only if it is one (rundir.read_record): fields
+    # of the wrong type make it no record at all; a name is anyone's text.
+    Path(spool.run, "evil\x1b[2J.status").write_text(json.dumps({"owner": "evil\x1b[2J"}))
+    refused = {"owner": "worse_1", "dispatching": "yes", "uncertainty": "big", "busy": [1]}
+    Path(spool.run, "worse_1.status").write_text(json.dumps(refused))
 
     picture = gather(spool, NOW, "here", frozenset())
     assert [t.id for t in picture.running] == [ID]
@@ -50,8 +53,9 @@ def test_hostile_files_are_skipped_or_shown_escaped(tmp_path: Path) -> None:
     assert sum(picture.lateness) == 1  # NaN left out
     text = "\n".join(line for _, line, _ in lines(picture))
     assert "\x1b" not in text and "evil\\x1b[2J" in text
+    assert "DAEMONS 1" in text and "worse" not in text
     assert "NOT running (stale record)" in text  # no lock held: dead, whatever it says
-    assert "clock uncertainty ?s" in text  # "big" is not a number
+    assert "clock uncertainty ?s" in text  # none recorded
 
 
 def test_histogram_bars() -> None:
