@@ -19,7 +19,7 @@ from taskq.cli.timefmt import stamper, time_format, when_of
 from taskq.client import operations, request
 from taskq.errors import BadInput, Conflict, NotFound, Unprinted, WaitTimeout
 from taskq.observe import watch
-from taskq.spool import byid, deps, journal, layout, listing
+from taskq.spool import attemptfiles, byid, deps, journal, listing
 from taskq.spool.drop import Request
 from taskq.spool.layout import Spool
 from taskq.spool.states import STATES, State
@@ -151,8 +151,10 @@ def logs_command(ctx: click.Context, task_id: str, attempt: int | None, follow: 
             byid.locate(spool, task_id)
             raise Conflict(f"task {check_id(task_id)} has not run yet")
     try:
-        with open(layout.out_path(log_dir, attempt), "rb") as f:
-            write(f.read())
+        offset = 0
+        while data := attemptfiles.read_output(log_dir, attempt, offset):
+            write(data)
+            offset += len(data)
     except FileNotFoundError:
         byid.locate(spool, task_id)
         raise Conflict(f"task {check_id(task_id)} has no output for attempt {attempt}") from None

@@ -20,7 +20,7 @@ import sys
 from typing import TextIO
 
 from taskq.errors import BadInput
-from taskq.spool import fsutil
+from taskq.spool import fsutil, notice
 from taskq.text.quote import quote
 
 PRIORITIES = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3}
@@ -115,6 +115,7 @@ def setup(log_file: str | None = None, syslog: bool = False) -> logging.Handler:
     logging.logMultiprocessing = False
     handler.addFilter(one_line)
     logger = logging.getLogger("taskq")
+    notice.sink(lambda message: logger.warning("%s", message))  # readers' skips: to the log
     logger.handlers[:] = [handler]
     logger.setLevel(logging.INFO)
     logger.propagate = False

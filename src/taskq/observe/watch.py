@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import attemptfiles, byid, fsutil, journal
-from taskq.spool.layout import Located, Spool, out_path, output_attempt
+from taskq.spool.layout import Located, Spool, output_attempt
 from taskq.spool.states import END_STATES, State
 from taskq.spool.task import check_id
 
@@ -128,14 +128,11 @@ def follow(spool: Spool, task_id: str, attempt: int | None, write: Callable[[byt
                 return  # ended without ever running (cancelled, expired)
             byid.locate(spool, task_id)
             time.sleep(0.1)
-    path = out_path(log_dir, attempt)
     offset = 0
     while True:
         running = attemptfiles.supervisor_alive(log_dir, attempt)
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
+            data = attemptfiles.read_output(log_dir, attempt, offset)
         except FileNotFoundError:
             data = b""
         if data:
@@ -143,7 +140,8 @@ def follow(spool: Spool, task_id: str, attempt: int | None, write: Callable[[byt
             offset += len(data)
         if not running and not data:
             return
-        time.sleep(0.1)
+        if len(data) < 1 << 20:  # caught up with it (a full read may have more behind it)
+            time.sleep(0.1)
 
 
 def latest_attempt(log_dir: str) -> int | None:

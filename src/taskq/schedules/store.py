@@ -401,7 +401,7 @@ class Store:
         """Every schedule with a schedule.json, sorted; other names are ignored."""
         out = []
         for entry in fsutil.listdir(self.root):
-            if _NAME.fullmatch(entry) and os.path.exists(self.schedule_file(entry)):
+            if _NAME.fullmatch(entry) and os.path.lexists(self.schedule_file(entry)):
                 out.append(entry)
         return sorted(out)
 

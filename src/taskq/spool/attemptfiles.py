@@ -12,8 +12,9 @@ import errno
 import os
 import stat
 
+from taskq.errors import CorruptFile
 from taskq.spool import locks
-from taskq.spool.layout import status_path
+from taskq.spool.layout import out_path, status_path
 
 
 def supervisor_alive(log_dir: str, attempt: int) -> bool:
@@ -47,6 +48,21 @@ def read_supervisor(log_dir: str, attempt: int) -> tuple[bool, int | None]:
     last = lines[-1] if lines else b""
     code = int(last) if last.isdigit() and len(last) <= 3 and int(last) <= 255 else None
     return began or code is not None, code
+
+
+def read_output(log_dir: str, attempt: int, offset: int = 0, most: int = 1 << 20) -> bytes:
+    """Up to `most` bytes of an attempt's output from offset (b"" at its end).
+
+    Opened without blocking or following a link: what is not a regular
+    file there is CorruptFile, never read (a FIFO would hang `taskq logs`).
+    """
+    fd = os.open(out_path(log_dir, attempt), _READ)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CorruptFile(f"{out_path(log_dir, attempt)} is not a regular file")
+        return os.pread(fd, most, offset)
+    finally:
+        os.close(fd)
 
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -214,10 +214,10 @@ MAX_CONFIG = 1 << 20
 
 
 def _count(path: str, table: dict[str, Any], key: str) -> int:
-    value = table.get(key, 0)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigError(f"{path}: limits.{key} must be a whole number >= 0")
-    return value
+    try:
+        return fields.whole(f"limits.{key}", table.get(key, 0), 0, 1 << 63)
+    except BadInput as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def _size(path: str, value: Any) -> int:

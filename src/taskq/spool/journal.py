@@ -178,7 +178,9 @@ def read(log_dir: str) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     except (OSError, CorruptFile) as e:
-        _warn_once(path, e)
+        from taskq.spool.notice import notice  # only when there is something to say
+
+        notice(f"journal {path} read as empty: {e}", once_for=path)
         return []
     records = []
     for line in data.splitlines():
@@ -197,17 +199,6 @@ def _read_tail(path: str) -> bytes:
 
     data = read_tail(path, MAX_READ + 1)
     return data if len(data) <= MAX_READ else data[data.find(b"\n") + 1 :]
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(path: str, e: Exception) -> None:
-    if path not in _warned:
-        _warned.add(path)
-        import logging
-
-        logging.getLogger("taskq").warning("journal %s read as empty: %s", path, e)
 
 
 def _checked(line: bytes) -> dict[str, Any] | None:

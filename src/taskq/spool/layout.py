@@ -142,11 +142,10 @@ def reason_path(quarantined: str) -> str:
     return f"{quarantined}.reason"
 
 
-def _log_warning(message: str) -> None:
-    """The daemon's warning (the CLI sets its own warn); logging is off submit's path."""
-    import logging
+def _notice(message: str) -> None:
+    from taskq.spool.notice import notice  # only when there is something to say
 
-    logging.getLogger("taskq").warning(message)
+    notice(message)
 
 
 def stray(entry: str) -> bool:
@@ -178,7 +177,7 @@ class Spool:
         self.root = os.path.realpath(root)
         # Told once about each directory a lookup skips (see readable_entries); the
         # CLI prints it, a daemon logs it.
-        self.warn: Callable[[str], None] = _log_warning
+        self.warn: Callable[[str], None] = _notice
         self._warned: set[str] = set()
         for sub in (*SUBDIRS, *DROP_DIRS):
             setattr(self, sub, os.path.join(self.root, sub))

@@ -91,7 +91,9 @@ def read_all(run_dir: str) -> list[dict[str, Any]]:
         except FileNotFoundError:
             continue  # its daemon stopped meanwhile
         except (OSError, CorruptFile) as e:
-            _warn(f"skipped {quote(path)}: {e}")
+            from taskq.spool.notice import notice  # only when there is something to say
+
+            notice(f"skipped {quote(path)}: {e}", once_for=path)
     return records
 
 
@@ -102,7 +104,7 @@ def read_record(path: str) -> dict[str, Any]:
         record = fields.document(data)
     except BadInput as e:
         raise CorruptFile(f"not a status record: {e}") from None
-    owner = os.path.basename(path)[: -len(SUFFIX)]
+    owner = os.path.basename(path)[: -len(RECORD)]
     if record.get("owner") != owner or not fields.conforms(record, _RECORD):
         raise CorruptFile(f"not a status record of {owner}")
     return record
@@ -127,9 +129,3 @@ _RECORD: dict[str, fields.Check] = {
     "lease": fields.is_number,
     "clock_check": fields.is_number,
 }
-
-
-def _warn(message: str) -> None:
-    import logging
-
-    logging.getLogger("taskq").warning("%s", message)
