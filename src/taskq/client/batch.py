@@ -167,6 +167,8 @@ def _duration(name: str, value: Any, allow_zero: bool = False) -> int:
     if type(value) is str:
         us = parse_duration(value)
         return us if allow_zero else request.positive(name, us)
+    if type(value) is not int and type(value) is not float:
+        raise BadInput(f"{name} must be a string (a DURATION) or a number of seconds")
     return fields.seconds(name, value, allow_zero)
 
 
