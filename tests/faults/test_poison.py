@@ -62,7 +62,13 @@ def no_traceback(proc: subprocess.CompletedProcess[bytes], statuses: set[int]) -
 def hand_placed(tq: Taskq, change: Callable[[dict[str, Any]], str]) -> Path:
     """A task file in a due bucket whose body is a good body changed by hand (change returns
     the JSON text, so that it can also write what json.dumps would not)."""
-    body = TaskBody(new_id(time.time_ns() // 1000), ["true"], 0, 0, env={"PATH": DEFAULT_PATH})
+    body = TaskBody(
+        id=new_id(time.time_ns() // 1000),
+        argv=["true"],
+        run_at=0,
+        submitted_at=0,
+        env={"PATH": DEFAULT_PATH},
+    )
     doc = json.loads(body.to_json())
     name = TaskName(time.time_ns() // 1000 - 60_000_000, body.id, 1)
     path = tq.spool / "pending" / name.bucket / str(name)

@@ -22,7 +22,9 @@ from taskq.errors import BadInput, CorruptFile
 from taskq.spool import fields
 from taskq.spool.task import TaskBody, new_id
 
-GOOD = json.loads(TaskBody(new_id(0), ["true"], 0, 0, env={"PATH": "/bin"}).to_json())
+GOOD = json.loads(
+    TaskBody(id=new_id(0), argv=["true"], run_at=0, submitted_at=0, env={"PATH": "/bin"}).to_json()
+)
 
 SURROGATES: tuple[Literal["Cs"]] = ("Cs",)  # no lone surrogates: not UTF-8
 
