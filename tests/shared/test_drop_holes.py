@@ -196,10 +196,6 @@ def test_9_no_decoy_defeats_a_cancel(bed: Bed, members: tuple[str, str]) -> None
     assert bed.tq.state(task) == "cancelled" and not marker.exists()
 
 
-# Strict: these pass once stream hostile-readers' escaping of every log line
-# (text/quote.py) and total reader of bodies (spool/fields.py) are on main;
-# then the marks go.
-@pytest.mark.xfail(strict=True, reason="needs every daemon log line escaped (text/quote.py)")
 def test_10_a_name_forges_no_log_line(bed: Bed, members: tuple[str, str]) -> None:
     _, mallory = members
     daemon = bed.start_daemon()
@@ -210,7 +206,6 @@ def test_10_a_name_forges_no_log_line(bed: Bed, members: tuple[str, str]) -> Non
     assert "x\\ntaskq[1]" in daemon.text()
 
 
-@pytest.mark.xfail(strict=True, reason="needs the total reader of bodies (spool/fields.py)")
 def test_3_one_file_crashes_nothing(bed: Bed, members: tuple[str, str]) -> None:
     """Bodies no submit would write, dropped by mallory under his own ids: each refused."""
     alice, mallory = members
