@@ -9,7 +9,7 @@ Debian 12 packages it (python3-urwid 2.1.2), which its taskq package may
 depend on; its textual is 0.1.13.
 
 Everything a line shows that came from the spool (commands, queue and
-host names, a daemon's record) passes through _safe first: a command
+host names, a daemon's record) passes through text.quote first: a command
 holding terminal escapes must not repaint the operator's screen.
 """
 
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from taskq.errors import TaskqError
 from taskq.observe.top import LATENESS_BARS, Picture, Task, running_for
 from taskq.spool.layout import Spool
+from taskq.text.quote import quote
 from taskq.times.timespec import SECOND, format_duration, format_iso
 
 Line = tuple[str, str, str | None]  # (style, text, task id it selects or None)
@@ -38,11 +39,8 @@ _BAR_NAMES = [*(f"<{_bound(b)}" for b in LATENESS_BARS), f">={_bound(LATENESS_BA
 
 
 def _safe(text: object) -> str:
-    """Spool text for the terminal: control characters (C0, DEL, C1) shown as \\xNN."""
-    s = str(text)
-    if s.isprintable():
-        return s
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in s)
+    """Spool text for the terminal, as every taskq output shows it (text.quote)."""
+    return quote(str(text))
 
 
 def _command(task: Task) -> str:
