@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -252,9 +253,13 @@ def test_daemon_waits_out_a_full_disk_and_loses_nothing(tq: Taskq, small_fs: Pat
     spooled.submit("--", "true")  # the spool exists before the daemon
     daemon = Daemon(spooled, small_fs.parent / "daemon.log", "--host-id", "full")
     try:
-        ids = [spooled.submit("--in", "1.5s", "--", "true") for _ in range(3)]
+        # Due only once the disk is surely full: three submissions and the
+        # filling take seconds on a loaded machine (1.5 s was not enough).
+        due = time.time() + 12
+        ids = [spooled.submit("--at", f"@{due:.3f}", "--", "true") for _ in range(3)]
         filler = fill(small_fs)
-        wait_for(lambda: "pausing dispatch" in daemon.text(), 15, "the daemon to notice")
+        assert time.time() < due, "the disk was filled after the tasks fell due"
+        wait_for(lambda: "pausing dispatch" in daemon.text(), 60, "the daemon to notice")
         assert daemon.proc.poll() is None
         assert all(spooled.state(i) == "pending" for i in ids)
         shutil.rmtree(filler)
