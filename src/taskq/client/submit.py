@@ -143,6 +143,21 @@ def _place(
     raise OSError(f"bucket {bucket} keeps vanishing")
 
 
+def _first_of_each_key(bodies: list[TaskBody]) -> tuple[list[int], dict[int, int]]:
+    """The lines to submit, and each line repeating an earlier line's key -> that line."""
+    first_of_key: dict[str, int] = {}
+    repeats: dict[int, int] = {}
+    todo: list[int] = []
+    for i, body in enumerate(bodies):
+        if body.key is not None and body.key in first_of_key:
+            repeats[i] = first_of_key[body.key]
+        else:
+            if body.key is not None:
+                first_of_key[body.key] = i
+            todo.append(i)
+    return todo, repeats
+
+
 def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, bool]]:
     """Submit many tasks with group commit: three syncs for the whole batch.
 
@@ -155,16 +170,7 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
     """
     names = [TaskName(b.run_at, b.id, 1, b.queue) for b in bodies]
     results: list[tuple[TaskName, bool] | None] = [None] * len(bodies)
-    first_of_key: dict[str, int] = {}
-    repeats: dict[int, int] = {}  # a line repeating an earlier line's key -> that line
-    todo: list[int] = []
-    for i, body in enumerate(bodies):
-        if body.key is not None and body.key in first_of_key:
-            repeats[i] = first_of_key[body.key]
-        else:
-            if body.key is not None:
-                first_of_key[body.key] = i
-            todo.append(i)
+    todo, repeats = _first_of_each_key(bodies)
     tmps = {i: spool.tmp_body(bodies[i].id) for i in todo}
     bound: dict[int, str] = {}
     try:

@@ -160,6 +160,14 @@ def _drain(fd: int) -> None:
 _NOT_A_RING = frozenset({"opened", "closed", "closed_no_write"})
 
 
+def _schedule(observer: Any, handler: Any, directory: str, events: list[Any]) -> None:
+    """Watch a directory for these events only, where watchdog can filter (4.0 and later)."""
+    try:
+        observer.schedule(handler, directory, recursive=False, event_filter=events)
+    except TypeError:  # watchdog before 4.0 (Debian 12 has 2.2) has no event_filter
+        observer.schedule(handler, directory, recursive=False)
+
+
 def _watch(bell: str, wake_fd: int, drop: str | None) -> Any:
     """Write to wake_fd when the doorbell is touched, or a drop file is put, on this host.
 
@@ -208,19 +216,10 @@ def _watch(bell: str, wake_fd: int, drop: str | None) -> Any:
     ]
     if (attrib := getattr(watchdog.events, "FileAttribEvent", None)) is not None:
         rings.append(attrib)  # touch(1), utime(): watchdog 5 and later report them so
-    directory = os.path.dirname(bell)
-    try:
-        observer.schedule(Bell(), directory, recursive=False, event_filter=rings)
-    except TypeError:  # watchdog before 4.0 has no event_filter
-        observer.schedule(Bell(), directory, recursive=False)
+    _schedule(observer, Bell(), os.path.dirname(bell), rings)
     if drop is not None:
         try:
-            try:
-                observer.schedule(
-                    Drop(), drop, recursive=False, event_filter=[FileCreatedEvent, FileMovedEvent]
-                )
-            except TypeError:  # watchdog before 4.0
-                observer.schedule(Drop(), drop, recursive=False)
+            _schedule(observer, Drop(), drop, [FileCreatedEvent, FileMovedEvent])
         except OSError as e:
             log.warning("cannot watch %s (%s); relying on polling and rescans", drop, e)
     try:
