@@ -368,12 +368,11 @@ def open_append(path: str, mode: int = 0o644) -> int:
     return fd
 
 
-def read_small(path: str, limit: int) -> tuple[bytes, os.stat_result]:
-    """Read a small spool file that anyone may have planted: never block, never follow.
+def _open_regular(path: str) -> tuple[int, os.stat_result]:
+    """A descriptor of a regular file at path and its status: never blocks, never follows.
 
-    A FIFO, a device or a symbolic link in its place is CorruptFile (an
-    open() of a FIFO would block for good); so is a file over limit bytes.
-    Returns the contents and the file's status (owner, mode).
+    A FIFO, a device or a symbolic link there is CorruptFile (an open() of a
+    FIFO without O_NONBLOCK would block for good).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -383,8 +382,24 @@ def read_small(path: str, limit: int) -> tuple[bytes, os.stat_result]:
         raise
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CorruptFile("not a regular file")
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise CorruptFile("not a regular file")
+    return fd, st
+
+
+def read_small(path: str, limit: int) -> tuple[bytes, os.stat_result]:
+    """Read a small spool file that anyone may have planted: never block, never follow.
+
+    A FIFO, a device or a symbolic link in its place is CorruptFile (an
+    open() of a FIFO would block for good); so is a file over limit bytes.
+    Returns the contents and the file's status (owner, mode).
+    """
+    fd, st = _open_regular(path)
+    try:
         if st.st_size > limit:
             raise CorruptFile(f"too large ({st.st_size} bytes, limit {limit})")
         # A buffer of the file's size, not of the limit: os.read allocates what
@@ -404,16 +419,8 @@ def read_tail(path: str, limit: int) -> bytes:
     For files that grow (journals, attempts' output): a FIFO, a device or
     a link in their place is CorruptFile, as in read_small.
     """
+    fd, st = _open_regular(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise CorruptFile("is a symbolic link") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CorruptFile("not a regular file")
         return os.pread(fd, limit, max(0, st.st_size - limit))
     finally:
         os.close(fd)
