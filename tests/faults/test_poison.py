@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon, Taskq, stamp_cmd, wait_for
+from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
 from taskq.spool.layout import Spool
 from taskq.spool.task import DEFAULT_PATH, TaskBody, TaskName, bucket_of, new_id
@@ -196,3 +196,29 @@ def test_fifos_in_run_and_logs_never_hang_a_reader(
     assert daemon.proc.poll() is None
     no_traceback(tq.run("fsck", check=False), {0, 1})
     assert not journal.exists()  # fsck set it aside: the next append makes a journal again
+
+
+def run_until_it_dies(tq: Taskq, log: Path, point: str) -> int:
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), "TASKQ_CRASH_AT": point}
+    with open(log, "wb") as err:
+        proc = subprocess.run(
+            [*TASKQ, "daemon", "--host-id", "testhost"], env=env, stderr=err, timeout=60
+        )
+    return proc.returncode
+
+
+def test_a_file_two_daemons_died_reading_is_quarantined_by_the_third(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path, stamps: Path
+) -> None:
+    """The second-death rule (taskq-daemon(8) BAD FILES), with real deaths by SIGKILL."""
+    poison = tq.submit("--", *stamp_cmd(stamps))
+    for n in (1, 2):  # each dies right after reading the body, in the guard's handling
+        assert run_until_it_dies(tq, tmp_path / f"dies{n}.log", "daemon.read") == -9
+    assert "a second death sets it aside" in (tmp_path / "dies2.log").read_text()
+    daemon = start_daemon()
+    good = tq.submit("--", *stamp_cmd(stamps))
+    tq.wait_state(good, ("done",))
+    assert [t for t, _, _ in read_stamps(stamps)] == [good]
+    (reason,) = (tq.spool / "corrupt").glob(f"*{poison}*.reason")
+    assert "died twice while handling it (prepare)" in reason.read_text()
+    assert "died twice" in daemon.text()

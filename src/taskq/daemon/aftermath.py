@@ -16,7 +16,7 @@ from taskq.daemon.resolver import Resolver
 from taskq.notify.event import Ended
 from taskq.notify.teller import Teller
 from taskq.spool.config import Notify
-from taskq.spool.layout import Spool
+from taskq.spool.layout import Handling, Spool, unguarded
 
 STOP_WAIT = 5.0  # seconds a stopping daemon waits for ends still to be told
 
@@ -25,10 +25,15 @@ class Aftermath:
     """The teller and resolver threads, fed with the ends of each iteration."""
 
     def __init__(
-        self, spool: Spool, notify: Notify | None, wall: Callable[[], int], every: int
+        self,
+        spool: Spool,
+        notify: Notify | None,
+        wall: Callable[[], int],
+        every: int,
+        handling: Handling = unguarded,
     ) -> None:
         self.teller = Teller(spool, notify, wall)
-        self.resolver = Resolver(spool, wall, every, self.teller.tell)
+        self.resolver = Resolver(spool, wall, every, self.teller.tell, handling)
         self._ended: list[tuple[Ended, bool]] = []
 
     def start(self) -> None:

@@ -1,4 +1,4 @@
-"""What the daemon's claim-handling parts share: spool, identity, clock, lease, commit, settler.
+"""What the daemon's claim-handling parts share: spool, identity, clock, lease, commit, guards.
 
 The dispatcher, recovery and the starter each act on claims in the spool
 under this daemon's name and lease, report the directories they touch to
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from taskq.daemon.commit import GroupCommit
+from taskq.daemon.poison import PoisonGuard
 from taskq.daemon.settle import Settler
 from taskq.spool.layout import Spool
 from taskq.spool.transitions import DaemonId
@@ -27,6 +28,7 @@ class Crew:
     lease: int  # µs
     commit: GroupCommit
     settler: Settler
+    poison: PoisonGuard  # the guard over the handling of each file
 
 
 class Part:
@@ -35,6 +37,7 @@ class Part:
     def __init__(self, crew: Crew) -> None:
         self.spool, self.daemon, self.clock = crew.spool, crew.daemon, crew.clock
         self.lease, self.commit, self.settler = crew.lease, crew.commit, crew.settler
+        self.poison = crew.poison
 
     def expiry(self, now: int) -> int:
         """A lease's expiry if taken now, in the reference clock (steps do not shorten it)."""

@@ -123,18 +123,20 @@ class Dispatcher(Part):
             if deadline is None or now <= deadline:
                 continue
             self.index.discard(name)
-            try:
-                held_claim = transitions.claim(
-                    self.spool, path, name, self.daemon, self.expiry(now), self.commit.touched
-                )
-            except FileNotFoundError:
-                self.counted(False)
-                continue
-            self.counted(True)
-            expired_at = format_iso(deadline)
-            self.settler.finish(
-                held_claim, State.FAILED, now, event=Event.EXPIRED, deadline=expired_at
+            with self.poison.handling("task", name.id, path, "expire"):
+                self._expire(name, path, deadline, now)
+
+    def _expire(self, name: TaskName, path: str, deadline: int, now: int) -> None:
+        try:
+            held = transitions.claim(
+                self.spool, path, name, self.daemon, self.expiry(now), self.commit.touched
             )
+        except FileNotFoundError:
+            self.counted(False)
+            return
+        self.counted(True)
+        expired_at = format_iso(deadline)
+        self.settler.finish(held, State.FAILED, now, event=Event.EXPIRED, deadline=expired_at)
 
     def _deadline(self, path: str, name: TaskName) -> int | None:
         try:
@@ -205,12 +207,35 @@ class Dispatcher(Part):
         return held
 
     def prepare(self, held: ClaimName, now: int) -> Prepared | None:
-        """Read a fresh claim's body, expire it or mark it started."""
+        """Read a fresh claim's body, expire it or mark it started.
+
+        Reading and judging the body is the poison guard's handling of the
+        file; the start rename after it acts on the name alone.
+        """
         path = self.spool.claim_path(held)
-        read = self._read(path, now)
+        read = None
+        with self.poison.handling("task", held.task.id, path, "prepare"):
+            read = self._runnable(held, path, now)
         if read is None:
             return None
         body, user = read
+        try:
+            held = transitions.start(self.spool, held, self.commit.touched)
+        except FileNotFoundError:
+            self.limits.release(body.id)
+            return None  # cancelled between claim and start: it must not run
+        crash_point("daemon.started")
+        return Prepared(held, body, user, self.clock.mono())
+
+    def _runnable(
+        self, held: ClaimName, path: str, now: int
+    ) -> tuple[TaskBody, security.RunAs] | None:
+        """The body of a fresh claim and whom it runs as; None if it was refused or expired."""
+        read = self._read(path, now)
+        if read is None:
+            return None
+        crash_point("daemon.read")
+        body = read[0]
         if body.id != held.task.id:
             reason = f"body id {body.id} does not match the file name"
             self.settler.quarantine(path, reason, now)
@@ -228,13 +253,7 @@ class Dispatcher(Part):
         if why is not None:
             self.settler.release(held, now, why)
             return None
-        try:
-            held = transitions.start(self.spool, held, self.commit.touched)
-        except FileNotFoundError:
-            self.limits.release(body.id)
-            return None  # cancelled between claim and start: it must not run
-        crash_point("daemon.started")
-        return Prepared(held, body, user, self.clock.mono())
+        return read
 
     def _read(self, path: str, now: int) -> tuple[TaskBody, security.RunAs] | None:
         try:

@@ -74,6 +74,7 @@ class Daemon:
         """Run until SIGTERM/SIGINT and the shutdown grace; return an exit status."""
         self.spool.init()
         self.parts.health.lock(self.clock.now())
+        self.parts.poison.start()  # before anything is handled: files two daemons died on go first
         self.parts.guard.check()
         runner.status_slot()  # reserved before any other thread can open a descriptor
         self.parts.wake.install()
@@ -97,6 +98,7 @@ class Daemon:
             self.parts.aftermath.stop()
             self.parts.wake.close()
             self.parts.attempts.close()
+            self.parts.poison.stop()
             self.parts.health.unlock()
         log.info(
             "taskq daemon stopped; %d attempt(s) left running for the next daemon; "
@@ -124,8 +126,8 @@ class Daemon:
         try:
             self.step()
             self._sleep()
-        except OSError as e:
-            log.error("spool error, retrying in 1s: %s", e)
+        except (OSError, MemoryError) as e:  # (a file's own trouble is the poison guard's)
+            log.error("spool error, retrying in 1s: %s", e or type(e).__name__)
             self.prepared.clear()
             self.next["rescan"] = self.next["renew"] = 0
             time.sleep(1)
@@ -181,7 +183,9 @@ class Daemon:
         mono = self.clock.mono()
         for run, code in self.parts.attempts.reap():
             crash_point("daemon.reaped")
-            self.parts.settler.ended(run, code, now, (mono - run.started_mono) / SECOND)
+            path = self.spool.claim_path(run.claim)
+            with self.parts.poison.handling("task", run.body.id, path, "settle"):
+                self.parts.settler.ended(run, code, now, (mono - run.started_mono) / SECOND)
             self.parts.limits.release(run.body.id)
         if mono >= self.next["poll"]:
             for run in self.parts.attempts.polled():

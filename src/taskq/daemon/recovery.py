@@ -141,12 +141,15 @@ class Recovery(Part):
                 continue
             if held.task.id in mine:
                 continue
+            why = None
             if held.host == self.daemon.host and (
                 held.pid == self.daemon.pid or not self._daemon_alive(held.daemon)
             ):
-                self._take(held, now, mono, "its daemon is gone")
+                why = "its daemon is gone"
             elif trusted and self.clock.may_start(held.expiry, now):
-                self._take(held, now, mono, "its lease expired")
+                why = "its lease expired"
+            if why is not None:
+                self._take(held, now, mono, why)
 
     def _daemon_alive(self, daemon: str) -> bool:
         if status.daemon_alive(self.spool.run, daemon):
@@ -168,9 +171,11 @@ class Recovery(Part):
             self.settler.release(held, now, "claimed but never started")
             return
         self.on_taken(held.task.id, now)
-        body = self._read_body(self.spool.claim_path(held), now)
-        if body is not None:
-            self._adopt(held, body, old, now, mono)
+        path = self.spool.claim_path(held)
+        with self.poison.handling("task", held.task.id, path, "recover"):
+            body = self._read_body(path, now)
+            if body is not None:
+                self._adopt(held, body, old, now, mono)
 
     def _read_body(self, path: str, now: int) -> TaskBody | None:
         try:
@@ -235,10 +240,12 @@ class Recovery(Part):
         log_dir = self.spool.log_dir(task_id)
         if run is None or not self.attempts.adopted_ended(log_dir, task_id):
             return
-        code = attemptfiles.read_status(log_dir, run.claim.task.attempt)
-        if code is None:
-            run.notes.append("supervisor died without recording a status")
-        self.settler.ended(run, code, now, None)
+        path = self.spool.claim_path(run.claim)
+        with self.poison.handling("task", task_id, path, "settle"):
+            code = attemptfiles.read_status(log_dir, run.claim.task.attempt)
+            if code is None:
+                run.notes.append("supervisor died without recording a status")
+            self.settler.ended(run, code, now, None)
 
 
 def _start_record(log_dir: str, attempt: int) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from taskq.notify.event import Ended
 from taskq.spool import deps
-from taskq.spool.layout import Spool
+from taskq.spool.layout import Handling, Spool, unguarded
 from taskq.spool.states import State
 from taskq.times.timespec import SECOND
 
@@ -33,9 +33,15 @@ class Resolver:
     """A thread that resolves the waiters of tasks that ended."""
 
     def __init__(
-        self, spool: Spool, wall: Callable[[], int], every: int, tell: Callable[[Ended], None]
+        self,
+        spool: Spool,
+        wall: Callable[[], int],
+        every: int,
+        tell: Callable[[Ended], None],
+        handling: Handling = unguarded,
     ) -> None:
         self.spool = spool
+        self.handling = handling  # the poison guard, per waiting file
         self.wall = wall
         self.every = every / SECOND
         self.tell = tell
@@ -80,7 +86,7 @@ class Resolver:
 
     def resolve(self, ids: list[str]) -> None:
         """Resolve the waiters of these ended tasks; ring for the released ones."""
-        resolved = deps.cascade(self.spool, ids, self.wall())
+        resolved = deps.cascade(self.spool, ids, self.wall(), self.handling)
         for r in resolved:
             if r.state == State.CANCELLED:
                 log.info("cancelled %s: %s", r.name.id, r.reason)

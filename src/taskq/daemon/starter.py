@@ -105,28 +105,16 @@ class Starter(Part):
         return None
 
     def _spawn(self, ready: Prepared) -> None:
+        """Start the attempt (the poison guard's handling of the file), then journal it."""
         held, body = ready.claim, ready.body
-        log_dir = self.spool.log_dir(body.id)
-        scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
-        env = runner.task_env(body, held, self.spool.root, scheduled, ready.user)
         now = self.clock.now()
-        try:
-            if not self._owns_id(ready, log_dir, now):
-                return
-            child = runner.spawn(body, held.task, log_dir, env, ready.user)
-            crash_point("daemon.spawned")
-        except runner.AttemptBusy:
-            self.settler.vanished_before_start(held, now)  # taken over while we were paused
+        child = None
+        with self.poison.handling("task", body.id, self.spool.claim_path(held), "start"):
+            child = self._launch(ready, now)
+        if child is None:
             return
-        except runner.AttemptUsed as e:  # never append to (or show) another attempt's output
-            reason = (
-                f"attempt {held.task.attempt} of {body.id} ran already ({e.filename} holds output)"
-            )
-            self.settler.quarantine(self.spool.claim_path(held), reason, now)
-            return
-        except OSError as e:
-            self._failed(ready, e, now)
-            return
+        crash_point("daemon.spawned")
+        log_dir = self.spool.log_dir(body.id)
         lateness = now - held.task.run_at
         self.on_start(lateness, now)
         journal.append(
@@ -150,6 +138,27 @@ class Starter(Part):
             child.pid,
             format_duration(lateness),
         )
+
+    def _launch(self, ready: Prepared, now: int) -> runner.Spawned | None:
+        """Spawn the attempt; None if it did not start (and why is told)."""
+        held, body = ready.claim, ready.body
+        log_dir = self.spool.log_dir(body.id)
+        scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
+        env = runner.task_env(body, held, self.spool.root, scheduled, ready.user)
+        try:
+            if not self._owns_id(ready, log_dir, now):
+                return None
+            return runner.spawn(body, held.task, log_dir, env, ready.user)
+        except runner.AttemptBusy:
+            self.settler.vanished_before_start(held, now)  # taken over while we were paused
+        except runner.AttemptUsed as e:  # never append to (or show) another attempt's output
+            reason = (
+                f"attempt {held.task.attempt} of {body.id} ran already ({e.filename} holds output)"
+            )
+            self.settler.quarantine(self.spool.claim_path(held), reason, now)
+        except OSError as e:
+            self._failed(ready, e, now)
+        return None
 
     def _owns_id(self, ready: Prepared, log_dir: str, now: int) -> bool:
         """Whether the task's file owner may run under its id (ownership.bind); if not, quarantine.

@@ -22,6 +22,7 @@ from taskq.daemon.health import Health
 from taskq.daemon.housekeeping import Housekeeper
 from taskq.daemon.loadgate import LoadGate
 from taskq.daemon.pickup import Pickup
+from taskq.daemon.poison import PoisonGuard
 from taskq.daemon.policy import Backoff
 from taskq.daemon.recovery import Recovery
 from taskq.daemon.settings import Settings
@@ -59,6 +60,7 @@ class Parts:
     guard: ClockGuard
     starter: Starter
     schedules: Materialiser
+    poison: PoisonGuard
 
 
 def build_parts(
@@ -84,18 +86,14 @@ def build_parts(
         metrics, spool, settings.host_id, clock.now, settings.metrics_file, settings.metrics_listen
     )
     spool_config = config.load(spool.root)
-    aftermath = Aftermath(spool, spool_config.notify, clock.now, settings.rescan)
+    poison = PoisonGuard(spool, daemon.host, daemon.pid, clock.now)
+    aftermath = Aftermath(spool, spool_config.notify, clock.now, settings.rescan, poison.resolving)
     backoff = Backoff(settings.retry_delay, settings.retry_cap)
     settler = Settler(
         spool, commit, backoff, lambda name: None, aftermath.ended, on_attempt_end=metrics.ended
     )
-    crew = Crew(spool, daemon, clock, settings.lease, commit, settler)
-    limits = ClusterLimits(
-        crew,
-        {**spool_config.queue_limits(), **settings.queue_limits},
-        spool_config.queue_rates(),
-        lambda path, why: settler.quarantine(path, why, clock.now()),
-    )
+    crew = Crew(spool, daemon, clock, settings.lease, commit, settler, poison)
+    limits = _limits(crew, spool_config, settings)
     dispatcher = Dispatcher(crew, spool_config.security, settings.workers, metrics.claimed, limits)
     settler.requeued = dispatcher.index.push  # a task back in pending is due again
     guard = ClockGuard(
@@ -120,7 +118,20 @@ def build_parts(
         ),
         guard=guard,
         starter=Starter(crew, attempts, guard.check, metrics.started),
-        schedules=Materialiser(spool, metrics.scheduled, aftermath.teller.tell_schedule),
+        schedules=Materialiser(
+            spool, metrics.scheduled, aftermath.teller.tell_schedule, poison.handling
+        ),
+        poison=poison,
+    )
+
+
+def _limits(crew: Crew, spool_config: config.SpoolConfig, settings: Settings) -> ClusterLimits:
+    """The cluster-wide queue limits: the daemon's options over config.toml's."""
+    return ClusterLimits(
+        crew,
+        {**spool_config.queue_limits(), **settings.queue_limits},
+        spool_config.queue_rates(),
+        lambda path, why: crew.settler.quarantine(path, why, crew.clock.now()),
     )
 
 

@@ -30,13 +30,13 @@ from typing import Any
 
 from taskq.client import operations, request
 from taskq.client.submit import submit
-from taskq.errors import CorruptFile, NotFound, TaskqError
+from taskq.errors import BadInput, CorruptFile, NotFound, TaskqError
 from taskq.schedules import ends, following
 from taskq.schedules.store import MAX_LIVE, Cursor, Schedule, Store, catchup_keep
 from taskq.spool import byid, deps, fsutil
 from taskq.spool.ending import end_task
 from taskq.spool.journal import Event
-from taskq.spool.layout import Located, Spool
+from taskq.spool.layout import Handling, Located, Spool, unguarded
 from taskq.spool.states import State
 from taskq.spool.task import ClaimName, TaskBody, TaskName, bucket_of
 from taskq.spool.transitions import CLAIM_LEAD_MAX
@@ -453,8 +453,10 @@ class Materialiser:
         spool: Spool,
         on_health: Callable[[dict[str, dict[str, Any]]], None] | None = None,
         on_event: Told | None = None,
+        handling: Handling = unguarded,
     ) -> None:
         self.store = Store(spool)
+        self.handling = handling  # the daemon's poison guard: a schedule that breaks it goes
         self.on_health = on_health
         self.on_event = on_event
         self.due_at = 0  # wall instant of the next pass
@@ -488,23 +490,24 @@ class Materialiser:
 
     def _one(self, p: Pass, name: str) -> int | None:
         path = self.store.schedule_file(name)
-        try:
-            sched = self.store.read(name)
-            if os.lstat(path).st_uid != os.getuid():
-                return None  # its tasks would be ours: see taskq-daemon(8) SCHEDULES
-            told = len(p.events)
-            nxt = advance(p, sched)
-            for doc in p.events[told:]:
-                if self.on_event is not None:
-                    self.on_event(doc, sched.task)
-            return nxt
-        except CorruptFile as e:
-            log.error("quarantining schedule %s: %s", name, e)
-            self.store.spool.quarantine(path, str(e), p.now)
-        except NotFound:
-            pass
-        except TaskqError as e:
-            log.error("schedule %s: %s", name, e)
+        with self.handling("schedule", name, path, "materialise"):
+            try:
+                sched = self.store.read(name)
+                if os.lstat(path).st_uid != os.getuid():
+                    return None  # its tasks would be ours: see taskq-daemon(8) SCHEDULES
+                told = len(p.events)
+                nxt = advance(p, sched)
+                for doc in p.events[told:]:
+                    if self.on_event is not None:
+                        self.on_event(doc, sched.task)
+                return nxt
+            except (CorruptFile, BadInput) as e:  # a bad file, or an occurrence it cannot make
+                log.error("quarantining schedule %s: %s", name, e)
+                self.store.spool.quarantine(path, str(e), p.now)
+            except NotFound:
+                pass
+            except TaskqError as e:  # the spool's trouble (full, read-only): tried again
+                log.error("schedule %s: %s", name, e)
         return None
 
 

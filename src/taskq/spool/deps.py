@@ -33,7 +33,7 @@ from taskq.errors import CorruptFile, NotFound
 from taskq.spool import byid, fsutil, hints, journal, transitions
 from taskq.spool.ending import end_task, mark_ended, marker
 from taskq.spool.journal import Event
-from taskq.spool.layout import MARK, Located, Spool, marker_path
+from taskq.spool.layout import MARK, Handling, Located, Spool, marker_path, unguarded
 from taskq.spool.states import END_STATES, State
 from taskq.spool.task import TaskBody, TaskName, check_id, valid_id
 
@@ -140,14 +140,23 @@ def _release(spool: Spool, found: Located, now: int, reason: str) -> str:
     return spool.pending_path(new)
 
 
-def cascade(spool: Spool, ended: list[str], now: int) -> list[Resolved]:
-    """Resolve the waiters of tasks that ended, and of the waiters cancelled in turn."""
+def cascade(
+    spool: Spool, ended: list[str], now: int, handling: Handling = unguarded
+) -> list[Resolved]:
+    """Resolve the waiters of tasks that ended, and of the waiters cancelled in turn.
+
+    Each waiting file is resolved within `handling` (the daemon's poison
+    guard): one that breaks its resolution is quarantined, and the rest go on.
+    """
     out: list[Resolved] = []
     todo = list(ended)
     while todo:
         task_id = todo.pop()
         for name in waiters(spool, task_id):
-            done = resolve(spool, name, now)
+            done = None
+            path = spool.waiting_path(name)
+            with handling("task", name.id, path, "resolve"):
+                done = resolve(spool, name, now)
             if done is None:
                 continue
             out.append(done)

@@ -26,6 +26,7 @@ POINTS = (
     "submit.renamed",  # the task is in its bucket; the bucket is not yet synced
     "submit.synced",  # durable; the id is not yet printed
     "daemon.claimed",  # pending -> claimed, not yet committed
+    "daemon.read",  # a claim's body is read (in the poison guard's handling), nothing decided
     "daemon.started",  # claimed -> started, not yet committed
     "daemon.committed",  # the start is durable; the child is not yet spawned
     "daemon.spawned",  # the child runs; its start is not yet journalled

@@ -53,6 +53,7 @@ import functools
 import os
 import stat
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import NamedTuple
 
 from taskq.errors import CorruptFile
@@ -98,6 +99,9 @@ CURSOR_FILE = "state.json"
 COUNTS_CACHE = "counts.tsv"
 LOCK, PROBE, RECORD = ".lock", ".probe", ".status"  # run/HOST_PID.*
 DAEMON_FILES = (LOCK, RECORD, PROBE)
+# run/HOST_PID.handling and run/HOST.suspects: the poison guard's (daemon/poison.py),
+# read by the next daemon of the host, so never among a dead daemon's DAEMON_FILES.
+HANDLING, SUSPECTS = ".handling", ".suspects"
 
 
 def journal_path(log_dir: str) -> str:
@@ -157,6 +161,16 @@ def stray(entry: str) -> bool:
     outside tmp/ and run/, so they are ignored: never run, never quarantined.
     """
     return entry.startswith(".")
+
+
+# What handles one spool file for the daemon, as a context (its poison guard,
+# daemon/poison.py), given the kind, key, path and step: a file whose handling
+# raises is quarantined there. The spool's own code runs without one.
+Handling = Callable[[str, str, str, str], AbstractContextManager[object]]
+
+
+def unguarded(kind: str, key: str, path: str, step: str) -> AbstractContextManager[object]:
+    return nullcontext()
 
 
 class Located(NamedTuple):  # not a dataclass: its methods would compile at every start-up

@@ -17,6 +17,7 @@ import pytest
 from taskq.daemon.commit import GroupCommit
 from taskq.daemon.crew import Crew
 from taskq.daemon.pickup import Pickup
+from taskq.daemon.poison import PoisonGuard
 from taskq.daemon.policy import Backoff
 from taskq.daemon.settle import Settler
 from taskq.spool import drop, walk
@@ -43,7 +44,9 @@ class Bed:
         self.clock.set_offset(0)
         commit = GroupCommit(self.clock.mono)
         settler = Settler(self.spool, commit, Backoff(), lambda name: None)
-        crew = Crew(self.spool, DaemonId("h1", pid), self.clock, 10 * SECOND, commit, settler)
+        poison = PoisonGuard(self.spool, "h1", pid, self.clock.now)
+        daemon = DaemonId("h1", pid)
+        crew = Crew(self.spool, daemon, self.clock, 10 * SECOND, commit, settler, poison)
         self.pickup = Pickup(crew, security.UserRules(), HOUR)
 
     def later(self, us: int) -> None:
