@@ -24,6 +24,7 @@ from taskq.spool.layout import Spool
 from taskq.spool.task import DEFAULT_PATH, TaskBody, TaskName, bucket_of, new_id
 
 StartDaemon = Callable[..., Daemon]
+pytestmark = pytest.mark.slow  # each is real daemons or commands: seconds apiece
 
 
 def due_bucket(tq: Taskq) -> Path:
