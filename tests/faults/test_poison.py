@@ -199,6 +199,23 @@ def test_fifos_in_run_and_logs_never_hang_a_reader(
     assert not journal.exists()  # fsck set it aside: the next append makes a journal again
 
 
+def test_an_end_whose_name_is_taken_never_wedges_the_daemon(
+    tq: Taskq, start_daemon: StartDaemon
+) -> None:
+    """A copy of a task's exact name in failed/: its end rename finds EEXIST (issue 23, hole 2)."""
+    task_id = tq.submit("--in", "1s", "--expires", "1ms", "--", "true")
+    (pending,) = (tq.spool / "pending").glob(f"*/*_{task_id}_*")
+    (tq.spool / "failed" / pending.name).write_bytes(pending.read_bytes())
+    time.sleep(1.1)  # due, and past its 1 ms: the daemon expires it at once
+    daemon = start_daemon()
+    tq.wait_state(task_id, ("failed",))
+    assert (tq.spool / "failed" / pending.name).exists()
+    assert "retrying" not in daemon.text() and daemon.proc.poll() is None
+    refused = [ln for ln in daemon.text().splitlines() if "quarantined" in ln]
+    assert len(refused) == 1 and f"failed/{pending.name}" in refused[0], daemon.text()
+    tq.wait_state(tq.submit("--", "true"), ("done",))  # and the loop goes on
+
+
 def run_until_it_dies(tq: Taskq, log: Path, point: str) -> int:
     env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), "TASKQ_CRASH_AT": point}
     with open(log, "wb") as err:

@@ -43,17 +43,26 @@ class DaemonId:
     pid: int
 
 
-def _move(src: str, dest_dir: str, dest_name: str, touched: Touched | None) -> str:
+def _move(spool: Spool, src: str, dest_dir: str, dest_name: str, touched: Touched | None) -> str:
     """Rename src into dest_dir; recreate dest_dir if it vanished meanwhile.
 
     Both directories are opened without following a symbolic link
     (fsutil.open_dir), and the rename happens between the directories
     opened: a spool member cannot redirect it by swapping a bucket for a
     link. CorruptFile says one of them is a link or no directory.
+
+    A file already at the destination (where the kernel refuses to replace
+    it: renameat2's EEXIST) can only be a copy of this task's name, since a
+    task's id is in one file only: it is quarantined, once, and the move
+    made. It never makes the move fail for good.
     """
     source = fsutil.open_dir(os.path.dirname(src))  # its bucket, as it is now
     try:
-        _move_from(source, os.path.basename(src), dest_dir, dest_name, touched)
+        try:
+            _move_from(source, os.path.basename(src), dest_dir, dest_name, touched)
+        except FileExistsError:
+            _set_aside(spool, os.path.join(dest_dir, dest_name), src)
+            _move_from(source, os.path.basename(src), dest_dir, dest_name, touched)
     finally:
         os.close(source)
     if touched is not None:
@@ -83,6 +92,14 @@ def _move_from(
         finally:
             os.close(fd)
     raise OSError(f"directory {dest_dir} keeps vanishing")
+
+
+def _set_aside(spool: Spool, occupant: str, src: str) -> None:
+    """Quarantine a file that stands where a task is moving to."""
+    rel = os.path.relpath(src, spool.root)
+    reason = f"a copy of a task's name, in the way of {rel} moving here"
+    if spool.quarantine(occupant, reason, time.time_ns() // 1000):
+        log.warning("quarantined %s: %s", os.path.relpath(occupant, spool.root), reason)
 
 
 def claim(
@@ -171,7 +188,7 @@ def requeue(spool: Spool, found: Located, run_at: int, touched: Touched | None =
 def _to_pending(spool: Spool, src: str, name: TaskName, touched: Touched | None) -> TaskName:
     bucket = spool.bucket_dir(name.bucket)
     try:
-        _move(src, bucket, str(name), touched)
+        _move(spool, src, bucket, str(name), touched)
     except CorruptFile as e:
         if not os.path.lexists(bucket) or (os.path.isdir(bucket) and not os.path.islink(bucket)):
             raise  # the source's directory, not the bucket, is what is wrong
@@ -180,7 +197,7 @@ def _to_pending(spool: Spool, src: str, name: TaskName, touched: Touched | None)
         reason = f"{e}; set aside to put {name.id} back in pending"
         if spool.quarantine(bucket, reason, time.time_ns() // 1000):
             log.warning("quarantined pending/%s: %s", name.bucket, reason)
-        _move(src, bucket, str(name), touched)
+        _move(spool, src, bucket, str(name), touched)
     return name
 
 
@@ -195,9 +212,9 @@ def finish(
     }
     if state not in dirs:
         raise ValueError(f"finish into {state!r}")
-    return _move(spool.claim_path(held), dirs[state], str(held.task), touched)
+    return _move(spool, spool.claim_path(held), dirs[state], str(held.task), touched)
 
 
 def cancel(spool: Spool, found: Located, touched: Touched | None = None) -> str:
     """pending or claimed (not started) -> cancelled: it never runs."""
-    return _move(found.path, spool.cancelled, str(found.name), touched)
+    return _move(spool, found.path, spool.cancelled, str(found.name), touched)
