@@ -54,13 +54,17 @@ def _move(spool: Spool, src: str, dest_dir: str, dest_name: str, touched: Touche
     A file already at the destination (where the kernel refuses to replace
     it: renameat2's EEXIST) can only be a copy of this task's name, since a
     task's id is in one file only: it is quarantined, once, and the move
-    made. It never makes the move fail for good.
+    made. It never makes the move fail for good. But a move of a file onto
+    its own name (another process moved it there first) is FileExistsError:
+    that file is the task, never a copy.
     """
     source = fsutil.open_dir(os.path.dirname(src))  # its bucket, as it is now
     try:
         try:
             _move_from(source, os.path.basename(src), dest_dir, dest_name, touched)
         except FileExistsError:
+            if _same_file(src, os.path.join(dest_dir, dest_name)):
+                raise
             _set_aside(spool, os.path.join(dest_dir, dest_name), src)
             _move_from(source, os.path.basename(src), dest_dir, dest_name, touched)
     finally:
@@ -92,6 +96,13 @@ def _move_from(
         finally:
             os.close(fd)
     raise OSError(f"directory {dest_dir} keeps vanishing")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samestat(os.lstat(a), os.lstat(b))
+    except OSError:
+        return False
 
 
 def _set_aside(spool: Spool, occupant: str, src: str) -> None:
