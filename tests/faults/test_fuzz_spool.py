@@ -96,7 +96,8 @@ def nested(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
-GOOD_BODY = json.loads(TaskBody(new_id(NOW), ["true"], NOW, NOW, queue="elsewhere").to_json())
+GOOD = TaskBody(id=new_id(NOW), argv=["true"], run_at=NOW, submitted_at=NOW, queue="elsewhere")
+GOOD_BODY = json.loads(GOOD.to_json())
 # Every field but argv may be anything; argv is only ever made unrunnable, so
 # that no example runs a command of hypothesis's choosing.
 BAD_ARGV = st.one_of(
