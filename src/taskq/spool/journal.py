@@ -236,7 +236,7 @@ _FIELDS: dict[str, Callable[[object], bool]] = {
     "notes": lambda v: type(v) is list and all(type(n) is str for n in v),
     "slot": _text,
     "before": _text,
-    "after": _text,
+    "after": lambda v: _text(v) or (type(v) is list and all(_text(t) for t in v)),  # manual: ids
     "task": _text,
 }
 
