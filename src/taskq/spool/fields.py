@@ -284,6 +284,11 @@ def conforms(doc: dict[str, Any], checks: Mapping[str, Check]) -> bool:
 _SCALARS = {str, int, float, bool}
 
 
+def or_none(check: Check) -> Check:
+    """A check that also passes null (a field a writer may record as having no value)."""
+    return lambda value: value is None or check(value)
+
+
 def is_text(value: object) -> bool:
     return type(value) is str
 

@@ -239,6 +239,10 @@ _FIELDS: dict[str, Callable[[object], bool]] = {
     "after": lambda v: _text(v) or (type(v) is list and all(_text(t) for t in v)),  # manual: ids
     "task": _text,
 }
+# A writer may record a field as null (a skip with no task, a start whose
+# process start time could not be read): every reader takes the field with
+# .get() and checks its type, so null is well formed for all but these two.
+_FIELDS = {k: (c if k in ("event", "time") else fields.or_none(c)) for k, c in _FIELDS.items()}
 
 
 def budget_start(records: list[dict[str, Any]], attempt: int) -> int:
