@@ -25,13 +25,14 @@ from taskq.client.submit import submit, submit_batch
 from taskq.daemon.commit import GroupCommit
 from taskq.daemon.crew import Crew
 from taskq.daemon.pickup import Pickup
+from taskq.daemon.poison import PoisonGuard
 from taskq.daemon.policy import Backoff
 from taskq.daemon.settle import Settler
 from taskq.spool import drop
 from taskq.spool import runas as security
 from taskq.spool.layout import DROP_DIRS, Spool
 from taskq.spool.task import TaskBody, new_id
-from taskq.spool.transitions import Owner
+from taskq.spool.transitions import DaemonId
 from taskq.times.clock import Clock
 from taskq.times.timespec import HOUR, MS, SECOND
 
@@ -49,15 +50,17 @@ def _pickup(spool: Spool) -> Pickup:
     clock.set_offset(0)
     commit = GroupCommit(clock.mono)
     settler = Settler(spool, commit, Backoff(), lambda name: None)
-    crew = Crew(spool, Owner("bench", os.getpid()), clock, 10 * SECOND, commit, settler)
-    return Pickup(crew, security.Policy(), HOUR)
+    poison = PoisonGuard(spool, "bench", os.getpid(), clock.now)
+    daemon = DaemonId("bench", os.getpid())
+    crew = Crew(spool, daemon, clock, 10 * SECOND, commit, settler, poison)
+    return Pickup(crew, security.UserRules(), HOUR)
 
 
 def drop_files(spool: Spool, n: int) -> None:
     now = time.time_ns() // 1000
     for _ in range(n):
         task_id, nonce = drop.member_id(os.geteuid(), now)
-        body = TaskBody(task_id, ["true"], now + HOUR, now, cwd="/")
+        body = TaskBody(id=task_id, argv=["true"], run_at=now + HOUR, submitted_at=now, cwd="/")
         with open(f"{spool.drop}/{task_id}.task", "wb") as f:
             f.write(drop.encode_submission(nonce, body))
 
@@ -78,7 +81,10 @@ def take_all(spool: Spool) -> tuple[float, float, int, int]:
 
 def submit_all(spool: Spool, n: int, batch: bool) -> tuple[float, float]:
     now = time.time_ns() // 1000
-    bodies = [TaskBody(new_id(now), ["true"], now + HOUR, now, cwd="/") for _ in range(n)]
+    bodies = [
+        TaskBody(id=new_id(now), argv=["true"], run_at=now + HOUR, submitted_at=now, cwd="/")
+        for _ in range(n)
+    ]
     wall, cpu = time.perf_counter(), time.process_time()
     if batch:
         submit_batch(spool, bodies)
@@ -107,7 +113,9 @@ def main() -> None:
         for batch, what in ((False, "submit_one"), (True, "submit_batch")):
             private = _spool(os.path.join(top, what))
             s_wall, s_cpu = submit_all(private, n, batch)
-            print(f"{what:13} {s_wall / n * 1e3:6.2f} ms wall  {s_cpu / n * 1e3:6.2f} ms CPU per task")
+            print(
+                f"{what:13} {s_wall / n * 1e3:6.2f} ms wall  {s_cpu / n * 1e3:6.2f} ms CPU per task"
+            )
     finally:
         shutil.rmtree(top, ignore_errors=True)
 

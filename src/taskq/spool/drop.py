@@ -33,12 +33,12 @@ import json
 import os
 from typing import Any, NamedTuple
 
-from taskq.errors import CorruptFile
-from taskq.spool import fsutil
+from taskq.errors import BadInput, CorruptFile
+from taskq.spool import fields, fsutil
 from taskq.spool.layout import Spool
 from taskq.spool.task import MAX_BODY, TaskBody, check_id, decode_id, encode_id
 from taskq.text.lazyre import Lazy
-from taskq.times.timespec import DAY, format_compact, format_iso, parse_compact, parse_iso_utc
+from taskq.times.timespec import DAY, format_compact, format_iso, parse_compact
 
 SUBMISSION = "task"
 REQUESTS = ("cancel", "reschedule", "retry")
@@ -144,27 +144,19 @@ class Request(NamedTuple):
 
 
 def read_request(data: bytes, kind: str) -> Request:
-    """A request of the kind its name says, checked whole; CorruptFile says why not."""
+    """A request of the kind its name says, checked whole (fields.py); CorruptFile says why not."""
     try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
-        raise CorruptFile("bad request: not JSON") from None
-    if type(doc) is not dict or doc.get("version") != FORMAT_VERSION:
-        raise CorruptFile("bad request: not a version 1 JSON object")
-    task_id = doc.get("id")
-    if type(task_id) is not str:
-        raise CorruptFile("bad request: no task id")
-    try:
-        task_id = check_id(task_id)
-    except Exception:
-        raise CorruptFile("bad request: a malformed task id") from None
-    if kind == "cancel":
-        return Request(kind, task_id)
-    when = doc.get("run_at")
-    run_at = parse_iso_utc(when) if type(when) is str else None
-    if run_at is None:
-        raise CorruptFile(f"bad request: {kind} without an ISO-8601 UTC run_at")
-    return Request(kind, task_id, run_at)
+        doc = fields.document(data)
+        if doc.get("version") != FORMAT_VERSION:
+            raise BadInput(f"unknown version {repr(doc.get('version'))[:40]}")
+        task_id = check_id(fields.text("id", doc["id"]))
+        if kind == "cancel":
+            return Request(kind, task_id)
+        return Request(kind, task_id, fields.instant("run_at", doc["run_at"]))
+    except KeyError as e:
+        raise CorruptFile(f"bad request: no {e}") from None
+    except BadInput as e:
+        raise CorruptFile(f"bad request: {e}") from None
 
 
 # -- the member's side -----------------------------------------------------------

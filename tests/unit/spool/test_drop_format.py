@@ -70,6 +70,7 @@ def test_a_submission_is_a_nonce_then_a_body() -> None:
 
 def test_requests_round_trip_and_refuse_what_they_are_not() -> None:
     task_id = new_id(NOW)
+    tid = task_id.encode()
     for request in (Request("cancel", task_id), Request("retry", task_id, NOW + 7)):
         assert drop.read_request(request.encode(), request.kind) == request
     for data, kind in (
@@ -78,7 +79,9 @@ def test_requests_round_trip_and_refuse_what_they_are_not() -> None:
         (b'{"version": 2, "id": "x"}', "cancel"),
         (b'{"version": 1, "id": "../../etc"}', "cancel"),
         (Request("cancel", task_id).encode(), "reschedule"),  # no run_at
-        (b'{"version": 1, "id": "%s", "run_at": "tomorrow"}' % task_id.encode(), "retry"),
+        (b'{"version": 1, "id": "%s", "run_at": "1969-12-31T23:59:59.000000Z"}' % tid, "retry"),
+        (b'{"version": 1, "id": "%s", "run_at": NaN}' % tid, "reschedule"),
+        (b'{"version": 1, "id": "%s\\u0000"}' % tid, "cancel"),
     ):
         with pytest.raises(CorruptFile, match="bad request"):
             drop.read_request(data, kind)
