@@ -12,7 +12,10 @@ thread) and Metrics with its Exporter (figures for Prometheus; the spool is
 counted off the loop). wiring.build_parts makes the parts and wires them
 together; the daemon holds them (it is composed of them, not one of them)
 and only orders them: one step(now) of the loop settles, keeps claims,
-finds and starts due work; run() repeats it, sleeping in between.
+finds and starts due work; run() repeats it, sleeping in between. The
+loop's own state is composed the same way: InHand (inhand.py) holds the
+attempts prepared and running, WakePlan (wakeplan.py) its timers and how
+long it may sleep, and lifecycle.running starts and stops the parts.
 Transitions of one step are made durable together before any attempt
 they concern is started.
 """
@@ -24,11 +27,11 @@ import os
 import time
 from collections.abc import Callable
 
-from taskq.daemon import runner
-from taskq.daemon.attempts import Prepared
-from taskq.daemon.dispatch import QueueCaps
+from taskq.daemon.attempts import POLL_ADOPTED
+from taskq.daemon.inhand import InHand
+from taskq.daemon.lifecycle import running
 from taskq.daemon.settings import Settings
-from taskq.daemon.starter import SPIN
+from taskq.daemon.wakeplan import NEVER, WakePlan
 from taskq.daemon.wiring import build_parts
 from taskq.observe.snapshot import Snapshot
 from taskq.spool.faults import crash_point
@@ -38,8 +41,6 @@ from taskq.times.clock import Clock
 from taskq.times.timespec import SECOND, format_duration
 
 log = logging.getLogger("taskq")
-
-NEVER = 1 << 62
 
 
 class Daemon:
@@ -58,7 +59,8 @@ class Daemon:
         self.clock = clock or Clock(settings.clock_margin, settings.max_uncertainty)
         self.daemon_id = DaemonId(settings.host_id, os.getpid())
         self.parts = build_parts(spool, settings, self.clock, self.daemon_id, self._measured)
-        self.prepared: list[Prepared] = []
+        self.inhand = InHand(self.parts, settings, self.clock)
+        self.plan = WakePlan(self.parts, self.clock, self.inhand)
         self.stopping = False
         self.stop_deadline = NEVER
         self.shared = spool.shared()  # members submit through drop/ (pickup.py)
@@ -66,23 +68,12 @@ class Daemon:
         self.exit_status = 0
         self.bell_rang = False
         self.intake_left = False  # a pass of the pickup stopped at its budget
-        self.next = {"rescan": 0, "renew": 0, "poll": NEVER, "pickup": 0}
 
     # -- life cycle -------------------------------------------------------
 
     def run(self) -> int:
         """Run until SIGTERM/SIGINT and the shutdown grace; return an exit status."""
-        self.spool.init()
-        self.parts.health.lock(self.clock.now())
-        self.parts.poison.start()  # before anything is handled: files two daemons died on go first
-        self.parts.guard.check()
-        runner.status_slot()  # reserved before any other thread can open a descriptor
-        self.parts.wake.install()
-        runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
-        self.parts.housekeeper.start()
-        self.parts.aftermath.start()
-        try:
-            self.parts.exporter.start()  # counts off the loop: a long count never delays it
+        with running(self.spool, self.parts, self.clock):
             log.info(
                 "taskq daemon %s started on %s: %d workers, lease %s",
                 self.daemon_id.host,
@@ -92,14 +83,6 @@ class Daemon:
             )
             while not self._should_exit():
                 self._guarded_iteration()
-        finally:
-            self.parts.exporter.stop()
-            self.parts.housekeeper.stop()
-            self.parts.aftermath.stop()
-            self.parts.wake.close()
-            self.parts.attempts.close()
-            self.parts.poison.stop()
-            self.parts.health.unlock()
         log.info(
             "taskq daemon stopped; %d attempt(s) left running for the next daemon; "
             "claims %d won, %d lost",
@@ -113,7 +96,7 @@ class Daemon:
         if self.parts.wake.stop_requested and not self.stopping:
             self.stopping = True
             self.stop_deadline = self.clock.mono() + self.cfg.shutdown_grace
-        if not self.stopping or self.prepared:
+        if not self.stopping or self.inhand.prepared:
             return False
         return not self.parts.attempts or self.clock.mono() >= self.stop_deadline
 
@@ -128,8 +111,8 @@ class Daemon:
             self._sleep()
         except (OSError, MemoryError) as e:  # (a file's own trouble is the poison guard's)
             log.error("spool error, retrying in 1s: %s", e or type(e).__name__)
-            self.prepared.clear()
-            self.next["rescan"] = self.next["renew"] = 0
+            self.inhand.prepared.clear()
+            self.plan.next["rescan"] = self.plan.next["renew"] = 0
             time.sleep(1)
 
     # -- the loop ---------------------------------------------------------
@@ -157,14 +140,7 @@ class Daemon:
             self._find_due_work(now)
         self.parts.commit.commit()
         self.parts.aftermath.committed()
-        if self.prepared:
-            crash_point("daemon.committed")
-            prepared = self.prepared
-            self.prepared = self.parts.starter.start_due(prepared)
-            left = {p.claim.task.id for p in self.prepared}
-            started = [p for p in prepared if p.claim.task.id not in left]
-            self.parts.limits.started({p.claim.task.id for p in started}, self.clock.now())
-            self.parts.loadgate.started(p.body.queue for p in started)
+        self.inhand.start()
         if not self.stopping:
             self._take_in(self.clock.now(), rang)  # after the starts a flood of files could delay
             self._pass_schedules(self.clock.now(), rang)  # after the starts it could delay
@@ -175,7 +151,7 @@ class Daemon:
     def _guard_clock(self) -> int:
         """Read now, after measuring the clock again if it is time or the wall clock stepped."""
         if self.parts.guard.guard():
-            self.next = dict.fromkeys(self.next, 0)  # the monotonic clock went back: re-arm
+            self.plan.rearm()  # the monotonic clock went back
         return self.clock.now()
 
     def _settle_finished(self, now: int) -> None:
@@ -187,10 +163,10 @@ class Daemon:
             with self.parts.poison.handling("task", run.body.id, path, "settle"):
                 self.parts.settler.ended(run, code, now, (mono - run.started_mono) / SECOND)
             self.parts.limits.release(run.body.id)
-        if mono >= self.next["poll"]:
+        if mono >= self.plan.next["poll"]:
             for run in self.parts.attempts.polled():
                 self.parts.recovery.settle_adopted(run.body.id, now)
-        self.next["poll"] = mono + SECOND // 5 if self.parts.attempts.polled() else NEVER
+        self.plan.next["poll"] = mono + POLL_ADOPTED if self.parts.attempts.polled() else NEVER
         self.parts.attempts.enforce_timeouts(mono)
 
     def _keep_claims(self, now: int) -> None:
@@ -198,25 +174,22 @@ class Daemon:
         mono = self.clock.mono()
         if self.bell_rang:  # a cancel may have renamed a claim of ours
             self.parts.recovery.check_claims(now, mono)
-        if mono < self.next["renew"]:
+        if mono < self.plan.next["renew"]:
             return
-        self.next["renew"] = mono + self.cfg.lease // 3
+        self.plan.next["renew"] = mono + self.cfg.lease // 3
         self.parts.recovery.renew(now, mono)
         self.parts.recovery.permits_lost(self.parts.limits.renew(now), mono)
-        mine = self.parts.attempts.ids() | {p.claim.task.id for p in self.prepared}
-        self.parts.recovery.scan(now, mono, self.parts.guard.ok, mine)
-        self.parts.limits.sweep(
-            self.parts.attempts.ids() | {p.claim.task.id for p in self.prepared}
-        )
+        self.parts.recovery.scan(now, mono, self.parts.guard.ok, self.inhand.ids())
+        self.parts.limits.sweep(self.inhand.ids())
         self.parts.limits.reclaim(now, self.parts.guard.ok)
 
     def _take_in(self, now: int, rang: bool) -> None:
         """Pick up members' drop files (a shared spool) when woken for them, or as a safety net."""
         mono = self.clock.mono()
-        if not (rang or self.intake_left or mono >= self.next["pickup"]):
+        if not (rang or self.intake_left or mono >= self.plan.next["pickup"]):
             return
-        if mono >= self.next["pickup"]:
-            self.next["pickup"] = mono + self.cfg.rescan
+        if mono >= self.plan.next["pickup"]:
+            self.plan.next["pickup"] = mono + self.cfg.rescan
             self.shared = self.spool.shared()  # (a spool made shared while we run)
         if not self.shared:
             return
@@ -228,40 +201,24 @@ class Daemon:
     def _find_due_work(self, now: int) -> None:
         """Rescan when asked (doorbell, safety net, index drained), then claim due tasks."""
         mono = self.clock.mono()
-        index = self.parts.dispatcher.index
+        index, timers = self.parts.dispatcher.index, self.plan.next
         drained = not index and index.more_beyond
-        if self.rescan_wanted or self.bell_rang or drained or mono >= self.next["rescan"]:
+        if self.rescan_wanted or self.bell_rang or drained or mono >= timers["rescan"]:
             self.rescan_wanted = self.bell_rang = False
-            self.next["rescan"] = mono + self.cfg.rescan
+            timers["rescan"] = mono + self.cfg.rescan
             self.parts.dispatcher.rescan(now)
             if index.horizon is not None:  # load the next bucket before its tasks can be due
                 lead = self.parts.commit.lead()
                 load_at = self.clock.earliest_start(index.horizon) - lead - SECOND
-                self.next["rescan"] = min(self.next["rescan"], mono + max(load_at - now, SECOND))
+                timers["rescan"] = min(timers["rescan"], mono + max(load_at - now, SECOND))
         if not self.parts.guard.ok or mono < self.parts.starter.full_until or self.clock.stepped():
             return
-        free = self.cfg.workers - len(self.parts.attempts) - len(self.prepared)
-        if free > 0:
-            caps = self._caps()
-            self.prepared += self.parts.dispatcher.claim_due(now, free, caps)
+        self.inhand.claim(now)
 
     def _pass_schedules(self, now: int, rang: bool) -> None:
         """Keep every schedule's next occurrence made; only on a trusted clock."""
         if self.parts.guard.ok:
-            self.parts.schedules.tick(now, rang, busy=bool(self.prepared))
-
-    def _caps(self) -> QueueCaps:
-        busy = [r.body.queue for r in self.parts.attempts.all()]
-        busy += [p.body.queue for p in self.prepared]
-        paused = self.parts.dispatcher.pauses.held(self.clock.now())
-        return QueueCaps(
-            self.cfg.queue_limits,
-            self.cfg.workers,
-            busy,
-            paused,
-            cluster=self.parts.limits.open,
-            gate=self.parts.loadgate,
-        )
+            self.parts.schedules.tick(now, rang, busy=bool(self.inhand.prepared))
 
     # -- the clock and health -----------------------------------------------
 
@@ -300,50 +257,10 @@ class Daemon:
     # -- sleeping -----------------------------------------------------------
 
     def _sleep(self) -> None:
-        timeout = max(0, min(self._deadlines()) - self.clock.mono()) / SECOND
+        stop_deadline = self.stop_deadline if self.stopping else None
+        timeout = self.plan.timeout(stop_deadline, self.intake_left or self.rescan_wanted)
         rang, ready = self.parts.wake.wait(timeout)
         self.bell_rang = self.bell_rang or rang
         for key in ready:  # pidfds of adopted attempts that ended
             if isinstance(key, tuple) and key[0] == "adopted":
                 self.parts.recovery.settle_adopted(key[1], self.clock.now())
-
-    def _deadlines(self) -> list[int]:
-        """Monotonic instants the loop must wake at: renewals, checks, due work, kills."""
-        mono = self.clock.mono()
-        out = [self.next["renew"], self.parts.guard.next_check, self.next["poll"]]
-        out += self.parts.attempts.deadlines()
-        watchdog = self.parts.health.next_deadline()
-        if watchdog is not None:
-            out.append(watchdog)
-        if self.stopping:
-            out.append(self.stop_deadline)
-        else:
-            out += self._dispatch_deadlines(mono)
-        for ready in self.prepared:
-            wait = self.clock.earliest_start(ready.claim.task.run_at) - SPIN - self.clock.now()
-            out.append(mono + wait)
-        return out
-
-    def _dispatch_deadlines(self, mono: int) -> list[int]:
-        index = self.parts.dispatcher.index
-        out = [self.next["rescan"]]
-        if self.parts.guard.ok:
-            wake_at = self.parts.schedules.wake_at(busy=bool(self.prepared))
-            out.append(mono + wake_at - self.clock.now())
-        if (not index and index.more_beyond) or self.intake_left or self.rescan_wanted:
-            out.append(mono)  # the index ran dry, drop files wait, or tasks were filed: at once
-        if mono < self.parts.starter.full_until:
-            out.append(self.parts.starter.full_until)
-            return out
-        lapses = self.parts.dispatcher.pauses.next_end(self.clock.now())
-        if lapses is not None:  # a pause --until ends: its queue's due tasks start
-            out.append(mono + lapses - self.clock.now())
-        nxt = index.next_run_at(self._caps().open)
-        gate_opens = self.parts.loadgate.wake_at()  # a load-gated queue with work: look again then
-        free = self.cfg.workers - len(self.parts.attempts) - len(self.prepared)
-        if nxt is not None and free > 0 and self.parts.guard.ok:
-            prepare_at = self.clock.earliest_start(nxt) - self.parts.commit.lead()
-            out.append(mono + prepare_at - self.clock.now())
-        if gate_opens is not None and free > 0 and self.parts.guard.ok:
-            out.append(gate_opens)
-        return out

@@ -43,7 +43,7 @@ def test_steps_start_what_is_due_settle_it_and_never_start_early(tmp_path: Path)
     # A step told it is two hours later claims the later task and makes its
     # start durable, but leaves its start to the clock: it is not started.
     daemon.step(now + 2 * HOUR)
-    [ready] = daemon.prepared
+    [ready] = daemon.inhand.prepared
     assert ready.claim.task.id == later.id and ready.claim.phase == Phase.STARTED
     assert daemon.parts.attempts.all() == []
     assert journal.read(spool.log_dir(later.id)) == []
