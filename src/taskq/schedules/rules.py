@@ -5,18 +5,21 @@ answers the questions a `Spec` answers (`after`, `upcoming`, `between`)
 for the union of its specs, minus every slot that an `--except-cron`
 expression also names and every slot whose local date (in the schedule's
 zone) is an `--except` date. Slots that two expressions share are one slot,
-so they run once. A schedule of one expression and no exclusions asks its
-`Spec` directly, so its answers are exactly slots.py's.
+so they run once. The walk from one slot to the next and its count are
+slots.py's (`walk`, `count_upto`), for a spec and a union alike. A
+schedule of one expression and no exclusions asks its `Spec` directly, so
+its answers are exactly slots.py's.
 """
 
 from __future__ import annotations
 
+import itertools
 import zoneinfo
 from dataclasses import dataclass
 from datetime import date
 
 from taskq.errors import BadInput
-from taskq.schedules.slots import WALK_LIMIT, Spec
+from taskq.schedules.slots import WALK_LIMIT, Spec, count_upto, walk
 from taskq.times.timespec import us_to_datetime
 
 MARGIN = 64  # extra slots asked of each spec in `between`, for those exclusions remove
@@ -57,13 +60,7 @@ class Rules:
 
     def upcoming(self, t: int, n: int) -> list[int]:
         """The next n slots after t (fewer if the schedule ends)."""
-        out: list[int] = []
-        while len(out) < n:
-            slot = self.after(out[-1] if out else t)
-            if slot is None:
-                break
-            out.append(slot)
-        return out
+        return list(itertools.islice(walk(self.after, t), n))
 
     def between(self, lo: int, hi: int, keep: int) -> tuple[list[int], int]:
         """The last `keep` slots in (lo, hi], oldest first, and how many there are.
@@ -77,13 +74,7 @@ class Rules:
         for spec in self.specs:
             merged.update(spec.between(lo, hi, keep + MARGIN)[0])
         latest = sorted(s for s in merged if not self.dropped(s))[-keep:] if keep else []
-        count, t = 0, lo
-        while count < WALK_LIMIT:
-            nxt = self.after(t)
-            if nxt is None or nxt > hi:
-                break
-            count, t = count + 1, nxt
-        return latest, max(count, len(latest))
+        return latest, max(count_upto(walk(self.after, lo), hi), len(latest))
 
     def dropped(self, slot: int) -> bool:
         """Whether an exclusion removes this slot."""

@@ -22,8 +22,9 @@ touch them.
 from __future__ import annotations
 
 import heapq
+import itertools
 import zoneinfo
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -143,13 +144,7 @@ class Spec:
 
     def upcoming(self, t: int, n: int) -> list[int]:
         """The next n slots after t (fewer if the schedule ends)."""
-        out: list[int] = []
-        while len(out) < n:
-            slot = self.after(out[-1] if out else t)
-            if slot is None:
-                break
-            out.append(slot)
-        return out
+        return list(itertools.islice(walk(self.after, t), n))
 
     def between(self, lo: int, hi: int, keep: int) -> tuple[list[int], int]:
         """The last `keep` slots in (lo, hi], oldest first, and how many there are.
@@ -168,11 +163,7 @@ class Spec:
             last = first + (count - 1) * self.every
             kept = [last - i * self.every for i in range(min(keep, count))]
             return sorted(kept), count
-        count = 0
-        for slot in self._cron_after(lo):
-            if slot > hi or count >= WALK_LIMIT:
-                break
-            count += 1
+        count = count_upto(self._cron_after(lo), hi)
         latest: list[int] = []
         for slot in self._cron_before(hi):
             if slot <= lo or len(latest) >= keep:
@@ -220,6 +211,23 @@ class Spec:
                     yield slot
         except (OverflowError, ValueError):  # walked before year 1
             return
+
+
+def walk(after: Callable[[int], int | None], t: int) -> Iterator[int]:
+    """The slots after t, one by one, each the one `after` names after the last."""
+    while (slot := after(t)) is not None:
+        yield slot
+        t = slot
+
+
+def count_upto(slots: Iterable[int], hi: int) -> int:
+    """How many of these ascending slots fall at or before hi, counted up to WALK_LIMIT."""
+    count = 0
+    for slot in slots:
+        if slot > hi or count >= WALK_LIMIT:
+            break
+        count += 1
+    return count
 
 
 def _every_match_after(cron: str, t: int, zone: zoneinfo.ZoneInfo) -> Iterator[int]:
