@@ -9,15 +9,12 @@ chdir /, stdio to /dev/null) is python-daemon's.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import filelock
 
 from taskq.errors import BadInput, Conflict, CorruptFile
 from taskq.spool import fsutil
-
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class PidFile:
@@ -68,20 +65,22 @@ class PidFile:
         """Take the lock for good and write our pid; Conflict if another daemon has it."""
         self._check_kinds()
         self._lock = self._take()
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # left by a daemon of this pid that crashed
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+        written: list[os.stat_result] = []
+
+        def last_look(staged: str) -> None:
+            self._check_kinds()  # once more, right before the rename that replaces FILE
+            written.append(os.lstat(staged))
+
+        fsutil.replace_file(
+            self.path,
+            f"{os.getpid()}\n".encode(),
+            sync=False,
+            staging=f"{self.path}.{os.getpid()}.tmp",  # a crashed daemon of this pid's is removed
+            mode=0o644,
+            umask=True,
+            check=last_look,
         )
-        try:
-            os.write(fd, f"{os.getpid()}\n".encode())
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
-        self._check_kinds()  # once more, right before the rename that replaces FILE
-        os.replace(tmp, self.path)
-        self._written = (st.st_dev, st.st_ino)
+        self._written = (written[0].st_dev, written[0].st_ino)
 
     def release(self) -> None:
         """Remove FILE if it is still ours (not another daemon's, nor put there since)."""

@@ -130,12 +130,10 @@ class PoisonGuard:
         return {k: v for k, v in doc.items() if type(v) is str and _key_ok(k)}
 
     def _save_suspects(self) -> None:
-        tmp = f"{self.suspects_path}.{self.owner}.tmp"
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        data = (json.dumps(self.suspects) + "\n").encode()
+        staging = f"{self.suspects_path}.{self.owner}.tmp"  # a crashed predecessor's is removed
         try:
-            fsutil.write_new(tmp, (json.dumps(self.suspects) + "\n").encode(), sync=False)
-            os.replace(tmp, self.suspects_path)
+            fsutil.replace_file(self.suspects_path, data, sync=False, staging=staging, umask=True)
         except OSError as e:
             log.warning("cannot record the suspects of poisoning: %s", e)
 

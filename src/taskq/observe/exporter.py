@@ -18,13 +18,9 @@ never counts.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import logging
-import os
 import socket
 import socketserver
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -117,10 +113,17 @@ class Exporter:
 
     def write(self) -> None:
         """Replace the textfile atomically with the current figures; a failure is a warning."""
-        if self.path is None:
+        path = self.path
+        if path is None:
             return
-        try:
-            _replace(self.path, generate_latest(self.metrics.registry))
+        try:  # staged under a dot-name, which node_exporter (reading *.prom) passes over
+            fsutil.replace_file(
+                path,
+                generate_latest(self.metrics.registry),
+                sync=False,
+                mode=MODE,
+                check=lambda staged: fsutil.must_be_regular(path),  # what is there now
+            )
         except OSError as e:
             self._warn(f"cannot write the metrics file {self.path}: {e.strerror or e}")
             return
@@ -132,25 +135,6 @@ class Exporter:
         if message != self._last_error:  # once per distinct problem, not every few seconds
             log.warning("%s", message)
         self._last_error = message
-
-
-def _replace(path: str, data: bytes) -> None:
-    """Write data under a temporary name beside path, then rename it over path."""
-    directory, name = os.path.split(os.path.abspath(path))
-    # A dot-name not ending in .prom: node_exporter never reads a half-written file.
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), MODE)
-            f.write(data)
-        found = fsutil.not_regular(path)  # the option was checked; this is what is there now
-        if found is not None:
-            raise fsutil.NotRegularFile(errno.EINVAL, f"{found}, not a regular file", path)
-        os.rename(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class _Quiet(WSGIRequestHandler):

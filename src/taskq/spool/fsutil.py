@@ -12,6 +12,7 @@ import errno
 import functools
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
 from taskq.errors import CorruptFile, NoPermission, TaskqError, TempFail
@@ -216,6 +217,7 @@ def replace_file(
     mode: int = 0o600,
     umask: bool = False,
     owner: int | None = None,
+    check: Callable[[str], None] | None = None,
 ) -> None:
     """Replace path whole with data: write it under a staging name, then rename it over path.
 
@@ -226,7 +228,11 @@ def replace_file(
     fsynced before the rename; the directory is the caller's to sync, once
     for all it replaced. The file gets exactly `mode`, or `mode` less the
     umask with umask=True; an owner given owns it (a root daemon's file for
-    one member to read).
+    one member to read). `check`, if given, is called with the staging name
+    right before the rename, and what it raises stops the replacement (the
+    staged file is removed): the last look of a file the daemon writes where
+    an operator says (--pidfile, --metrics-file), which must never replace
+    a device, FIFO or link put there since the option was checked.
     """
     if staging is None:
         base = os.path.basename(path)
@@ -236,6 +242,8 @@ def replace_file(
             os.unlink(staging)
     write_new(staging, data, mode, sync, owner=owner, exact_mode=not umask)
     try:
+        if check is not None:
+            check(staging)
         os.replace(staging, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -343,6 +351,13 @@ class NotRegularFile(OSError):
     """A device, FIFO, socket, directory or link where taskq writes a file of its own."""
 
 
+def must_be_regular(path: str) -> None:
+    """NotRegularFile unless path is a regular file or nothing (a link counts as a link)."""
+    found = not_regular(path)
+    if found is not None:
+        raise NotRegularFile(errno.EINVAL, f"{found}, not a regular file", path)
+
+
 def open_append(path: str, mode: int = 0o644) -> int:
     """Open a regular file to append to, creating it: never through a link, never blocking.
 
@@ -350,9 +365,7 @@ def open_append(path: str, mode: int = 0o644) -> int:
     open() (where SIGTERM's handler can only set a flag); anything but a
     regular file is NotRegularFile, and nothing was written to it.
     """
-    found = not_regular(path)  # before open(): opening a device can do things (a tape rewinds)
-    if found is not None:
-        raise NotRegularFile(errno.EINVAL, f"{found}, not a regular file", path)
+    must_be_regular(path)  # before open(): opening a device can do things (a tape rewinds)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, mode)
