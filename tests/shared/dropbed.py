@@ -1,8 +1,10 @@
-"""A shared spool as `taskq init --shared` makes it, a root daemon, and throwaway members.
+"""A shared spool, a root daemon, and throwaway members: the one bed of the shared-spool attacks.
 
-Used by the drop's tests: alice (the victim) and mallory (the attacker) are
-members of a throwaway group; mallory does what any member can do with a
-shell (cp, mv, ln -s, mkfifo, touch) wherever the kernel lets him.
+alice (the victim) and mallory (the attacker) are members of a throwaway
+group; mallory does what any member can do with a shell (cp, mv, ln -s,
+mkfifo, touch) wherever the kernel lets him. The spool is shared as
+`taskq init --shared` makes it (the drop's tests), or as its `share`
+function says (test_shared_attacks.py's spool shared the old way).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +96,11 @@ class Bed:
         """Run a shell script as a member; return what it did (an attack may be refused)."""
         return self.as_user(user, "sh", "-c", script, "sh", *args)
 
+    def run_script_as(self, user: str, script: str, *args: str) -> None:
+        """Run a shell script as a member; each command must succeed (the attack is possible)."""
+        proc = self.as_user(user, "sh", "-ec", script, "sh", *args)
+        assert proc.returncode == 0, proc.stderr
+
     def submit_as(self, user: str, *args: str) -> str:
         proc = self.taskq_as(user, "submit", "--cwd", "/", *args)
         assert proc.returncode == 0, proc.stderr
@@ -110,6 +117,10 @@ class Bed:
     def wait_state(self, task: str, states: tuple[str, ...]) -> None:
         """Wait until the task is filed and in one of states."""
         wait_for(lambda: self.state(task) in states, DEADLINE, f"task {task} to reach {states}")
+
+    def pending_file(self, task_id: str) -> Path:
+        [path] = (self.spool / "pending").glob(f"*/*_{task_id}_*")
+        return path
 
     def uid(self, user: str) -> int:
         return pwd.getpwnam(user).pw_uid
@@ -164,16 +175,25 @@ def make_members() -> Iterator[tuple[str, str]]:
     subprocess.run(["groupdel", group], check=False)
 
 
-def make_bed(members: tuple[str, str], others_taskq: list[str]) -> Iterator[Bed]:
-    """A spool made shared by `taskq init --shared GROUP SPOOL`, run by root. (A fixture's body.)"""
+def init_shared(tq: Taskq, group: str) -> None:
+    """Share a new spool as taskq does: `taskq init --shared GROUP SPOOL`."""
+    tq.run("init", "--shared", group, str(tq.spool))
+
+
+def make_bed(
+    members: tuple[str, str],
+    others_taskq: list[str],
+    share: Callable[[Taskq, str], None] = init_shared,
+) -> Iterator[Bed]:
+    """A spool shared with the members' group by `share`, run by root. (A fixture's body.)"""
     [group] = [g.gr_name for g in grp.getgrall() if members[0] in g.gr_mem]
-    top = Path(tempfile.mkdtemp(prefix="taskq-drop-"))
+    top = Path(tempfile.mkdtemp(prefix="taskq-shared-"))
     top.chmod(0o755)
     scratch = top / "scratch"
     scratch.mkdir()
     scratch.chmod(0o1777)
     tq = Taskq(top / "spool")
-    tq.run("init", "--shared", group, str(tq.spool))
+    share(tq, group)
     box = Bed(tq, top, scratch, others_taskq, group)
     try:
         yield box

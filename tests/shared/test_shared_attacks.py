@@ -18,111 +18,30 @@ import hashlib
 import json
 import os
 import pwd
-import shutil
-import subprocess
-import tempfile
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+import dropbed
 import pytest
-from conftest import Daemon, Taskq, wait_for
+from conftest import Taskq
+from dropbed import DEADLINE, NEEDS_USERS, Bed
 
 from taskq.spool.task import TaskName, bucket_of
 from taskq.times.timespec import format_iso
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("setpriv") is None,
-    reason="needs root, useradd and setpriv to make throwaway users",
-)
-DEADLINE = 30
-
-
-@dataclass
-class Shared:
-    """A shared spool, its root daemon, and the members' taskq."""
-
-    tq: Taskq  # root's
-    top: Path  # 0755: members reach the spool and the scratch directory below it
-    scratch: Path  # 1777: where members' tasks leave their markers
-    taskq: list[str]  # a taskq command members can run
-    daemon: Daemon | None = None
-
-    @property
-    def spool(self) -> Path:
-        return self.tq.spool
-
-    def start_daemon(self) -> Daemon:
-        # Members' renames ring no doorbell: a short rescan finds them soon.
-        log = self.top / "daemon.log"
-        self.daemon = Daemon(self.tq, log, "--host-id", "shared", "--rescan", "1s")
-        return self.daemon
-
-    def as_user(self, user: str, *argv: str) -> subprocess.CompletedProcess[str]:
-        """Run a command as a member, with his groups, from /."""
-        pw = pwd.getpwnam(user)
-        prefix = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups"]
-        env = {**os.environ, "TASKQ_SPOOL": str(self.spool), "HOME": "/"}
-        return subprocess.run(
-            [*prefix, *argv], env=env, capture_output=True, text=True, cwd="/", timeout=60
-        )
-
-    def taskq_as(self, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.as_user(user, *self.taskq, *args)
-
-    def shell_as(self, user: str, script: str, *args: str) -> None:
-        """Run a shell script as a member; it must succeed (the attack is possible)."""
-        proc = self.as_user(user, "sh", "-ec", script, "sh", *args)
-        assert proc.returncode == 0, proc.stderr
-
-    def submit_as(self, user: str, *args: str) -> str:
-        proc = self.taskq_as(user, "submit", "--cwd", "/", *args)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout.strip()
-
-    def pending_file(self, task_id: str) -> Path:
-        [path] = (self.spool / "pending").glob(f"*/*_{task_id}_*")
-        return path
-
-    def logged(self, text: str) -> str:
-        """Wait for a line of the daemon's log holding text; return that line."""
-        daemon = self.daemon
-        assert daemon is not None
-
-        def line() -> str | None:
-            return next((x for x in daemon.text().splitlines() if text in x), None)
-
-        return str(wait_for(line, DEADLINE, f"the daemon to log {text!r}"))
+pytestmark = NEEDS_USERS
+RESCAN = ("--rescan", "1s")  # members' renames ring no doorbell: a short rescan finds them soon
 
 
 @pytest.fixture
 def members() -> Iterator[tuple[str, str]]:
-    """Two throwaway users in a throwaway group: (alice, mallory)."""
-    tag = uuid.uuid4().hex[:6]
-    group, names = f"tqg{tag}", (f"tqa{tag}", f"tqm{tag}")
-    subprocess.run(["groupadd", group], check=True)
-    for name in names:
-        subprocess.run(
-            ["useradd", "--no-create-home", "--shell", "/bin/sh", "-G", group, name], check=True
-        )
-    yield names
-    for name in names:
-        subprocess.run(["userdel", name], check=False)
-    subprocess.run(["groupdel", group], check=False)
+    yield from dropbed.make_members()
 
 
-@pytest.fixture
-def shared(members: tuple[str, str], others_taskq: list[str]) -> Iterator[Shared]:
-    """A spool shared the old way: tmp/, pending/ and keys/ 3770, the rest 2750."""
-    [gid] = [g.gr_gid for g in grp.getgrall() if members[0] in g.gr_mem]
-    top = Path(tempfile.mkdtemp(prefix="taskq-attacks-"))
-    top.chmod(0o755)
-    scratch = top / "scratch"
-    scratch.mkdir()
-    scratch.chmod(0o1777)
-    tq = Taskq(top / "spool")
+def share_the_old_way(tq: Taskq, group: str) -> None:
+    """tmp/, pending/ and keys/ 3770 to the group, the rest 2750, as taskq once documented."""
+    gid = grp.getgrnam(group).gr_gid
     tq.submit("--in", "1d", "--", "true")  # root makes the layout
     for directory, _, _ in os.walk(tq.spool):
         path = Path(directory)
@@ -135,20 +54,19 @@ def shared(members: tuple[str, str], others_taskq: list[str]) -> Iterator[Shared
         os.chmod(path, 0o3770 if writable else 0o2750)
     os.chown(tq.spool / "doorbell", 0, gid)
     os.chmod(tq.spool / "doorbell", 0o660)
-    box = Shared(tq, top, scratch, others_taskq)
-    try:
-        yield box
-    finally:
-        if box.daemon is not None:
-            box.daemon.stop()
-        shutil.rmtree(top)
+
+
+@pytest.fixture
+def shared(members: tuple[str, str], others_taskq: list[str]) -> Iterator[Bed]:
+    """A spool shared the old way, run by root."""
+    yield from dropbed.make_bed(members, others_taskq, share_the_old_way)
 
 
 @pytest.mark.slow
-def test_a_forged_id_reads_nothing_of_its_owner(shared: Shared, members: tuple[str, str]) -> None:
+def test_a_forged_id_reads_nothing_of_its_owner(shared: Bed, members: tuple[str, str]) -> None:
     """Attack 1: mallory copies alice's id into a task of his own; it is refused, never run."""
     alice, mallory = members
-    shared.start_daemon()
+    shared.start_daemon(*RESCAN)
     secret = shared.submit_as(alice, "--", "sh", "-c", "echo alice-secret")
     shared.tq.wait_state(secret, ("done",), DEADLINE)
     stolen = shared.scratch / "stolen"
@@ -157,7 +75,7 @@ def test_a_forged_id_reads_nothing_of_its_owner(shared: Shared, members: tuple[s
     own = shared.submit_as(mallory, "--in", "1d", "--", "sh", "-c", steal)
     body = shared.pending_file(own)
     forged = TaskName(time.time_ns() // 1000, secret, 1, "default")
-    shared.shell_as(
+    shared.run_script_as(
         mallory,
         'sed "s/$1/$2/" "$3" > "$4/tmp/forged"; chmod 600 "$4/tmp/forged"; '
         'mkdir -p "$4/pending/$5"; mv "$4/tmp/forged" "$4/pending/$5/$6"',
@@ -184,15 +102,15 @@ def test_a_forged_id_reads_nothing_of_its_owner(shared: Shared, members: tuple[s
 
 
 @pytest.mark.slow
-def test_a_symlinked_bucket_is_never_followed(shared: Shared, members: tuple[str, str]) -> None:
+def test_a_symlinked_bucket_is_never_followed(shared: Bed, members: tuple[str, str]) -> None:
     """Attack 2: a bucket that links to cancelled/ (or anywhere) is set aside, never run from."""
     alice, mallory = members
     ran = shared.scratch / "ran"
     cancelled = shared.submit_as(alice, "--in", "2s", "--", "touch", str(ran))
     shared.tq.run("cancel", cancelled)  # by root (members cannot), before any daemon runs
     bucket = bucket_of(time.time_ns() // 1000 - 3_600_000_000)  # any past minute will do
-    shared.shell_as(mallory, 'ln -s ../cancelled "$1/pending/$2"', str(shared.spool), bucket)
-    shared.start_daemon()
+    shared.run_script_as(mallory, 'ln -s ../cancelled "$1/pending/$2"', str(shared.spool), bucket)
+    shared.start_daemon(*RESCAN)
     line = shared.logged(f"quarantined pending/{bucket}")
     assert "symbolic link" in line
     later = shared.submit_as(alice, "--", "true")  # the daemon runs on
@@ -202,7 +120,7 @@ def test_a_symlinked_bucket_is_never_followed(shared: Shared, members: tuple[str
     moved = shared.submit_as(alice, "--in", "1d", "--", "true")
     to = TaskName.parse(shared.pending_file(moved).name).run_at + 3_600_000_000
     target = bucket_of(to)
-    shared.shell_as(mallory, 'ln -s /root "$1/pending/$2"', str(shared.spool), target)
+    shared.run_script_as(mallory, 'ln -s /root "$1/pending/$2"', str(shared.spool), target)
     proc = shared.tq.run("reschedule", "--at", format_iso(to), moved)
     assert "symbolic link" in proc.stderr.decode()
     path = shared.pending_file(moved)
@@ -211,13 +129,13 @@ def test_a_symlinked_bucket_is_never_followed(shared: Shared, members: tuple[str
 
 
 @pytest.mark.slow
-def test_a_fifo_key_file_hangs_nothing(shared: Shared, members: tuple[str, str]) -> None:
+def test_a_fifo_key_file_hangs_nothing(shared: Bed, members: tuple[str, str]) -> None:
     """Attack 3: FIFOs as key files, named by a stale tmp/ file: the cleaner and fsck go on."""
     alice, mallory = members
     uid = pwd.getpwnam(mallory).pw_uid
     digest = hashlib.sha256(b"jam").hexdigest()[:40]
     own = shared.submit_as(mallory, "--in", "1d", "--", "true")
-    shared.shell_as(
+    shared.run_script_as(
         mallory,
         'sed "s/\\"key\\": null/\\"key\\": \\"jam\\"/" "$1" > "$2/tmp/$3.task"; '
         'chmod 600 "$2/tmp/$3.task"; touch -d "2 hours ago" "$2/tmp/$3.task"; '
@@ -230,7 +148,7 @@ def test_a_fifo_key_file_hangs_nothing(shared: Shared, members: tuple[str, str])
     )
     fsck = shared.tq.run("fsck", "--dry-run", check=False)  # would block in open() for good
     assert f"keys/{digest}: not a key file" in fsck.stdout.decode()
-    daemon = shared.start_daemon()
+    daemon = shared.start_daemon(*RESCAN)
     line = shared.logged(f"removed keys/{uid}-{digest}")
     assert "not a regular file" in line
     shared.logged(f"removed keys/{digest}")
@@ -241,7 +159,7 @@ def test_a_fifo_key_file_hangs_nothing(shared: Shared, members: tuple[str, str])
 
 
 @pytest.mark.slow
-def test_a_squatted_key_blocks_no_one(shared: Shared, members: tuple[str, str]) -> None:
+def test_a_squatted_key_blocks_no_one(shared: Bed, members: tuple[str, str]) -> None:
     """Attack 4: key files planted under alice's key: her submit is never answered by his task."""
     alice, mallory = members
     digest = hashlib.sha256(b"nightly").hexdigest()[:40]
@@ -249,18 +167,18 @@ def test_a_squatted_key_blocks_no_one(shared: Shared, members: tuple[str, str]) 
     name = shared.pending_file(bait).name
     alice_uid = pwd.getpwnam(alice).pw_uid
     plant = 'printf "%s\\n" "$3" > "$1/keys/$2"; chmod 644 "$1/keys/$2"'
-    shared.shell_as(mallory, plant, str(shared.spool), digest, name)  # the unscoped name
+    shared.run_script_as(mallory, plant, str(shared.spool), digest, name)  # the unscoped name
     first = json.loads(
         shared.taskq_as(alice, "submit", "--json", "--key", "nightly", "--", "true").stdout
     )
     assert first["created"] is True and first["id"] != bait
     # The same, under the name her key file has now: refused (75) until the daemon removes it.
     squat = f"{alice_uid}-{hashlib.sha256(b'weekly').hexdigest()[:40]}"
-    shared.shell_as(mallory, plant, str(shared.spool), squat, name)
+    shared.run_script_as(mallory, plant, str(shared.spool), squat, name)
     proc = shared.taskq_as(alice, "submit", "--key", "weekly", "--", "true")
     assert proc.returncode == 75 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"keys/{squat}" in proc.stderr and "owned by uid" in proc.stderr
-    shared.start_daemon()
+    shared.start_daemon(*RESCAN)
     line = shared.logged(f"removed keys/{squat}")
     assert f"not by uid {alice_uid}" in line
     again = json.loads(
@@ -273,7 +191,7 @@ def test_a_squatted_key_blocks_no_one(shared: Shared, members: tuple[str, str]) 
 
 @pytest.mark.slow
 def test_an_unreadable_bucket_breaks_no_ones_commands(
-    shared: Shared, members: tuple[str, str]
+    shared: Bed, members: tuple[str, str]
 ) -> None:
     """Attack 5: a private bucket and a link to a private directory: others' commands work."""
     alice, mallory = members
@@ -281,7 +199,7 @@ def test_an_unreadable_bucket_breaks_no_ones_commands(
     other = shared.submit_as(alice, "--in", "1d", "--", "true")
     hidden = bucket_of(time.time_ns() // 1000 + 7_200_000_000)
     linked = bucket_of(time.time_ns() // 1000 + 10_800_000_000)
-    shared.shell_as(
+    shared.run_script_as(
         mallory,
         'mkdir -m 700 "$1/pending/$2"; ln -s /root "$1/pending/$3"',
         str(shared.spool),
@@ -298,7 +216,7 @@ def test_an_unreadable_bucket_breaks_no_ones_commands(
     assert f"skipped pending/{linked}: a symbolic link" in cancelled.stderr.decode()
     assert shared.tq.state(mine) == "cancelled"
     assert shared.tq.state(other) == "pending"
-    shared.start_daemon()
+    shared.start_daemon(*RESCAN)
     assert "symbolic link" in shared.logged(f"quarantined pending/{linked}")
 
 
