@@ -242,3 +242,30 @@ def others_taskq() -> Iterator[list[str]]:
         yield command
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def _uses_a_bed(item: pytest.Item) -> bool:
+    """Whether the test's module uses tests/substrates.py (the beds): as a plugin or by import."""
+    module = getattr(item, "module", None)
+    if module is None:
+        return False
+    if "substrates" in getattr(module, "pytest_plugins", ()):
+        return True
+    return any(
+        getattr(value, "__module__", None) == "substrates" for value in vars(module).values()
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, every test of a shared-filesystem bed runs in one worker.
+
+    A bed (GlusterFS, JuiceFS, CephFS) is session-scoped and uses machine-wide
+    state (glusterd's /var/lib/glusterd, the /run/netns mount): two workers
+    bringing up their own would collide and each would pay the set-up. Grouped,
+    one worker brings each bed up once while the other runs the rest.
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if _uses_a_bed(item):
+            item.add_marker(pytest.mark.xdist_group("beds"))
