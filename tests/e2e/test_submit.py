@@ -344,6 +344,7 @@ SUBMIT_BUDGET = {
     "taskq.spool.keys",
     "taskq.spool.layout",
     "taskq.spool.memo",
+    "taskq.spool.resources",  # a body's limits: a NamedTuple and its checks
     "taskq.spool.states",
     "taskq.spool.task",
     "taskq.text",

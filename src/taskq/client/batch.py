@@ -5,7 +5,9 @@ command (a list of strings; required), run_at (WHEN, or epoch seconds as a
 number) or in (DURATION, or seconds as a number), queue, key,
 max_attempts, timeout, expires (DURATION or seconds), env (an object of
 strings, merged over the defaults), payload (text for the command's
-standard input) or payload_base64, cwd and mutex. Fields a line leaves out take
+standard input) or payload_base64, cwd, mutex, priority and the resource
+limits memory_max, cpu_weight, cpu_max and tasks_max (spool/resources.py;
+each replaces the command line's own). Fields a line leaves out take
 the values given on the command line. Every line is validated before any
 task is accepted; a bad line is reported by its number. The fields are
 checked by spool/fields.py, as every reader of a spool file checks them;
@@ -23,7 +25,8 @@ from typing import Any, BinaryIO
 
 from taskq.client import request
 from taskq.errors import BadInput
-from taskq.spool import fields
+from taskq.spool import fields, resources
+from taskq.spool.resources import Resources
 from taskq.spool.task import (
     MAX_ATTEMPTS,
     MAX_BODY,
@@ -55,6 +58,7 @@ FIELDS = frozenset(
         "cwd",
         "mutex",
         "priority",
+        *resources.NAMES,
     }
 )
 
@@ -150,6 +154,9 @@ def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
         out["cwd"] = request.directory("cwd", fields.text("cwd", doc["cwd"]))
     if "payload" in doc or "payload_base64" in doc:
         out["stdin"] = request.payload("payload", _payload(doc))
+    limits = resources.given(doc)
+    if limits:  # a line's limits replace the command line's, one by one
+        out["limits"] = (defaults.limits or Resources())._replace(**limits)
     return out
 
 

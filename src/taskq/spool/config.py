@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import re
 import stat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
     from taskq.spool.runas import UserRules
 
 _LIMITS = ("max_overdue", "min_free_bytes", "min_free_inodes")
-_SIZE = Lazy(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
-_SCALE = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 # NamedTuples, not dataclasses: submit imports this module, and a dataclass's
@@ -222,12 +219,12 @@ def _count(path: str, table: dict[str, Any], key: str) -> int:
 
 def _size(path: str, value: Any) -> int:
     """A byte count: 1048576, or a string such as "512M", "10GiB"."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    m = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
-    if not m:
-        raise ConfigError(f'{path}: limits.min_free_bytes must be bytes, e.g. 1073741824 or "1G"')
-    return int(m.group(1)) * _SCALE[(m.group(2) or "")[:1].upper()]
+    try:
+        return fields.size("limits.min_free_bytes", value)
+    except BadInput:
+        raise ConfigError(
+            f'{path}: limits.min_free_bytes must be bytes, e.g. 1073741824 or "1G"'
+        ) from None
 
 
 def _users(path: str, table: dict[str, Any], key: str) -> frozenset[str] | None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from datetime import UTC
 from typing import Any
@@ -242,6 +243,24 @@ def _instant(value: str) -> int:
     from taskq.times.when import parse_when  # hand-written only: off submit's start-up path
 
     return parse_when(value, 0, UTC)
+
+
+_SIZE = Lazy(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
+_SCALE = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def size(what: str, value: object, lo: int = 0, hi: int = 1 << 63) -> int:
+    """A byte count from lo to hi: a whole number, or text such as "512M" or "10GiB" (1024s)."""
+    if type(value) is int:
+        amount = value
+    else:
+        m = _SIZE.fullmatch(value.strip()) if type(value) is str else None
+        if m is None:
+            raise BadInput(f'{what} must be bytes, e.g. 1048576 or "1M"')
+        amount = int(m.group(1)) * _SCALE[(m.group(2) or "")[:1].upper()]
+    if not lo <= amount <= hi:
+        raise BadInput(f"{what} must be from {lo} to {hi} bytes")
+    return amount
 
 
 def choice(what: str, value: object, allowed: tuple[str, ...]) -> str:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 from taskq.errors import BadInput, CorruptFile
-from taskq.spool import fields
+from taskq.spool import fields, resources
 from taskq.spool.fields import MAX_EXEC, MAX_EXEC_STRING
 from taskq.spool.memo import LastOf
+from taskq.spool.resources import Resources
 from taskq.spool.states import Phase
 from taskq.text.lazyre import Lazy
 from taskq.times.timespec import (
@@ -406,6 +407,7 @@ class Request:
     # daemon filed it from a member's drop file); None: its file's owner.
     submitter: int | None = None
     priority: int = 0  # --priority: higher first among the due tasks of its queue
+    limits: Resources | None = None  # --memory-max and the rest: each attempt in a cgroup
 
 
 REQUESTED = tuple(f.name for f in dataclasses.fields(Request))  # what a body keeps of its request
@@ -460,6 +462,8 @@ class TaskBody(Request):
             doc["submitter"] = self.submitter
         if self.priority:
             doc["priority"] = self.priority
+        if self.limits is not None:
+            doc["limits"] = self.limits.to_doc()
         return layout(doc)
 
     @classmethod
@@ -516,6 +520,7 @@ class TaskBody(Request):
             mutex=None if get("mutex") is None else check_mutex(fields.text("mutex", get("mutex"))),
             submitter=_submitter(get("submitter")),
             priority=fields.whole("priority", get("priority", 0), -MAX_PRIORITY, MAX_PRIORITY),
+            limits=resources.from_body(get("limits")),
         )
 
 
