@@ -28,7 +28,7 @@ from taskq.daemon import logsetup
 from taskq.daemon.detach import PidFile, detach
 from taskq.daemon.loadgate import DEFAULT_LIMITS
 from taskq.daemon.loop import Daemon
-from taskq.daemon.settings import DURATIONS, KEEP_DONE, WORKERS, Settings
+from taskq.daemon.settings import CGROUP_MODES, DURATIONS, KEEP_DONE, WORKERS, Settings
 from taskq.errors import BadInput, TaskqError
 from taskq.spool import fsutil
 from taskq.spool.defaults import default_host_id
@@ -129,6 +129,14 @@ def _duration(name: str) -> Callable[[F], F]:
     type=LISTEN,
     help="Also serve the metrics over HTTP, e.g. 127.0.0.1:9464 (no authentication).",
 )
+@click.option(
+    "--cgroups",
+    type=click.Choice(CGROUP_MODES),
+    default=CGROUP_MODES[0],
+    show_default=True,
+    help="Where attempts with resource limits get their cgroups: the better of v2 (delegated) "
+    "and v1, only one, or none (such tasks are refused).",
+)
 @click.pass_context
 def daemon_command(ctx: click.Context, /, **opts: Any) -> None:
     """Run due tasks until SIGTERM or SIGINT (in the foreground unless --detach)."""
@@ -141,6 +149,7 @@ def daemon_command(ctx: click.Context, /, **opts: Any) -> None:
         keep_done=None if opts["keep_done"] == "never" else parse_duration(opts["keep_done"]),
         metrics_file=_metrics_file(opts["metrics_file"]),
         metrics_listen=opts["metrics_listen"],
+        cgroups=opts["cgroups"],
     )
     cfg.check()
     spool = Spool(check_spool_path(ctx))  # what it skips goes to its log

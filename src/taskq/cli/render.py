@@ -155,8 +155,19 @@ def daemon_line(r: dict[str, Any], stamp: Stamp = format_iso) -> str:
         f"{r.get('owner')}: {state}; clock uncertainty {r.get('uncertainty', 0):.6f}s "
         f"(offset {r.get('offset', 0):+.6f}s, max {r.get('max_uncertainty')}s); "
         f"{r.get('busy')}/{r.get('workers')} workers busy; "
-        f"claims {r.get('claims_won', 0)} won, {r.get('claims_lost', 0)} lost; updated {updated}"
+        f"claims {r.get('claims_won', 0)} won, {r.get('claims_lost', 0)} lost; "
+        f"{_cgroups(r)}updated {updated}"
     )
+
+
+def _cgroups(r: dict[str, Any]) -> str:
+    """What a daemon can confine attempts with; nothing for a daemon too old to say."""
+    if "cgroups" not in r:
+        return ""
+    if r["cgroups"] is None:
+        return f"no cgroups ({r.get('cgroups_problem')}); "
+    controllers = str(r.get("cgroup_controllers", "")).replace(" ", ", ")
+    return f"cgroup {r['cgroups']} ({controllers}); "
 
 
 def describe(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:

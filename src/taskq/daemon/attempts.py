@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from taskq.daemon import runner
+from taskq.daemon.cgroups import Group
+from taskq.daemon.confinement import Confinement
 from taskq.spool import attemptfiles
 from taskq.spool.runas import RunAs
 from taskq.spool.task import ClaimName, TaskBody
@@ -48,6 +50,7 @@ class Running:
     term_sent: int | None = None
     killed: bool = False
     notes: list[str] = field(default_factory=list)
+    group: Group | None = None  # its cgroup, if its task asks for limits
 
 
 class Attempts:
@@ -58,8 +61,10 @@ class Attempts:
         kill_grace: int,
         watch: Callable[[int, object], None],
         unwatch: Callable[[int], None],
+        confinement: Confinement,
     ) -> None:
         self.kill_grace = kill_grace
+        self.confinement = confinement
         self.watch = watch  # wake the loop when a pidfd is readable, with a key
         self.unwatch = unwatch
         self.children: dict[int, Running] = {}
@@ -81,6 +86,7 @@ class Attempts:
 
     def add_adopted(self, run: Running, proc_start: int | None) -> None:
         """Watch an orphan: through a pidfd if its pid is known and still its own."""
+        self._find_group(run)
         if run.pid is not None:
             run.pidfd = runner.watch_exit(run.pid, proc_start)
         if run.pidfd is not None:
@@ -100,8 +106,21 @@ class Attempts:
             self.handed.discard(pid)
             run = self.children.pop(pid, None)
             if run is not None:
+                self.end_group(run)
                 ended.append((run, os.waitstatus_to_exitcode(status)))
         return ended
+
+    def _find_group(self, run: Running) -> None:
+        """An orphan's cgroup, made by the daemon that started it."""
+        if run.body.limits is not None and run.group is None:
+            run.group = self.confinement.find(f"{run.body.id}.{run.claim.task.attempt}")
+
+    def end_group(self, run: Running) -> None:
+        """The attempt ended: its cgroup's tale in its notes, what is left of it killed, removed."""
+        self._find_group(run)  # (an orphan that ended while no daemon watched it)
+        if run.group is not None and run.body.limits is not None:
+            run.notes += self.confinement.ended(run.group, run.body.limits)
+            run.group = None
 
     def adopted_ended(self, log_dir: str, task_id: str) -> bool:
         """Whether an adopted attempt's supervisor is gone (then forget it)."""
@@ -112,6 +131,7 @@ class Attempts:
         if run.pidfd is not None:
             self.unwatch(run.pidfd)
             os.close(run.pidfd)
+        self.end_group(run)
         return True
 
     def hand_over(self, run: Running) -> None:
@@ -135,10 +155,16 @@ class Attempts:
         return [r for r in self.adopted.values() if r.pidfd is None]
 
     def signal(self, run: Running, sig: int, mono: int) -> None:
-        """Signal an attempt's process group; TERM starts the grace before KILL."""
-        if run.pid is None:
+        """Signal an attempt's process group and its cgroup; TERM starts the grace before KILL.
+
+        The cgroup holds what left the process group (a double fork, a new session).
+        """
+        if run.pid is None and run.group is None:
             return
-        runner.kill_group(run.pid, sig)
+        if run.pid is not None:
+            runner.kill_group(run.pid, sig)
+        if run.group is not None:
+            run.group.kill(sig)
         if sig == signal.SIGTERM and run.term_sent is None:
             run.term_sent = mono
         elif sig == signal.SIGKILL:
@@ -146,8 +172,9 @@ class Attempts:
 
     def enforce_timeouts(self, mono: int) -> None:
         """TERM an attempt past its --timeout; KILL one still there after the grace."""
+        self.confinement.tidy()
         for run in self.all():
-            if run.pid is None or run.killed:
+            if (run.pid is None and run.group is None) or run.killed:
                 continue
             if run.term_sent is None:
                 timeout = run.body.timeout
@@ -159,9 +186,10 @@ class Attempts:
 
     def deadlines(self) -> list[int]:
         """Monotonic instants at which a timeout or a kill grace runs out."""
-        out = []
+        tidy = self.confinement.wake_at()
+        out = [] if tidy is None else [tidy]
         for run in self.all():
-            if run.killed or run.pid is None:
+            if run.killed or (run.pid is None and run.group is None):
                 continue
             if run.term_sent is not None:
                 out.append(run.term_sent + self.kill_grace)

@@ -14,11 +14,13 @@ from taskq.times.clock import Clock
 @contextlib.contextmanager
 def running(spool: Spool, parts: Parts, clock: Clock) -> Iterator[None]:
     """Lock the spool and start the parts' threads and handlers; stop them all on the way out."""
+    runner.status_slot()  # first: before our files and other threads take descriptors below 10
     spool.init()
     parts.health.lock(clock.now())
     parts.poison.start()  # before anything is handled: files two daemons died on go first
+    parts.attempts.confinement.start()  # before any attempt: where limits go, or why nowhere
+    parts.health.settings.update(parts.attempts.confinement.public())
     parts.guard.check()
-    runner.status_slot()  # reserved before any other thread can open a descriptor
     parts.wake.install()
     runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
     parts.housekeeper.start()
@@ -32,5 +34,6 @@ def running(spool: Spool, parts: Parts, clock: Clock) -> Iterator[None]:
         parts.aftermath.stop()
         parts.wake.close()
         parts.attempts.close()
+        parts.attempts.confinement.stop()
         parts.poison.stop()
         parts.health.unlock()

@@ -81,6 +81,7 @@ class Daemon:
                 self.cfg.workers,
                 format_duration(self.cfg.lease),
             )
+            self.parts.attempts.confinement.tell()
             while not self._should_exit():
                 self._guarded_iteration()
         log.info(

@@ -232,6 +232,7 @@ class Recovery(Part):
             run.notes.append(
                 f"ended while no daemon watched; status recorded by {old.daemon}'s child"
             )
+        self.attempts.end_group(run)
         self.settler.ended(run, code, now, None)
 
     def settle_adopted(self, task_id: str, now: int) -> None:

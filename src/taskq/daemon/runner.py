@@ -20,39 +20,54 @@ import pwd
 import signal
 import stat
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from taskq.client import fence
+from taskq.daemon.cgroups import Group
 from taskq.spool.layout import out_path, status_path
 from taskq.spool.runas import RunAs
 from taskq.spool.task import ClaimName, TaskBody, TaskName
 from taskq.times.timespec import format_iso
 
 # $1 is the status descriptor's number (3 when posix_spawn put it there; as
-# inherited otherwise), $2 the working directory, $3 the umask ("-": keep the
-# daemon's), the rest the command. The
+# inherited otherwise), $2 the gate's ("-": none), $3 the working directory,
+# $4 the umask ("-": keep the daemon's), the rest the command. The
 # command does not inherit the status descriptor, so only the supervisor
 # holds the status lock. The supervisor catches SIGTERM (sent to the whole
 # group on timeout or cancel) so that it outlives the command and records
 # how it ended; a caught signal reverts to its default in the command, which
 # sees the TERM as usual. SIGKILL ends both. It writes "S" before anything
 # else: an empty status file, unlocked, is an attempt that never began (its
-# daemon died between creating it and the spawn).
+# daemon died between creating it and the spawn). An attempt with a cgroup
+# waits at its gate, a pipe, until the daemon has moved it into the group
+# and written "go": builtins only until then, so nothing forks outside the
+# group; a gate closed without "go" (the join failed, or the daemon died)
+# ends the attempt with 126 before the command runs, never unconfined.
 SUPERVISOR = (
     'trap : TERM; [ "$1" = 3 ] || eval "exec 3>&$1 $1>&-"; shift; echo S >&3; '
+    '[ "$1" = - ] || { g=; eval "read -r g <&$1; exec $1<&-"; [ "$g" = go ] || '
+    "{ echo 'taskq: the attempt could not join its cgroup; its command was not run' >&2; "
+    "echo 126 >&3; exit 126; }; }; shift; "
     'cd -- "$1" || { echo 126 >&3; exit 126; }; shift; '
     '[ "$1" = - ] || umask "$1" || { echo 126 >&3; exit 126; }; shift; '
     '"$@" 3>&-; s=$?; echo $s >&3; exit $s'
 )
+GATE_FD = 4  # where posix_spawn puts the gate's reading end
 SH = "/bin/sh"
 
 
 @dataclass
 class Spawned:
-    """A started attempt: the supervisor's pid (also its process group)."""
+    """A started attempt: the supervisor's pid (also its process group), and a join's failure."""
 
     pid: int
     proc_start: int | None
+    unjoined: str | None = None  # why the attempt could not join its cgroup (it ends with 126)
+    group: Group | None = None  # the cgroup it runs in (the starter's, for its Running)
+
+
+Join = Callable[[int], None]  # moves a process into an attempt's cgroup (cgroups.Group.join)
 
 
 @functools.cache
@@ -98,13 +113,19 @@ def task_env(
 
 
 def spawn(
-    body: TaskBody, name: TaskName, log_dir: str, env: dict[str, str], user: RunAs | None = None
+    body: TaskBody,
+    name: TaskName,
+    log_dir: str,
+    env: dict[str, str],
+    user: RunAs | None = None,
+    join: Join | None = None,
 ) -> Spawned:
     """Start the attempt; the status file is locked before the child exists.
 
     No Python runs between fork and exec: posix_spawn for our own tasks,
     subprocess (whose child side is C) to run another user's. The log
-    directory exists (ownership.bind made it).
+    directory exists (ownership.bind made it). With `join`, the supervisor
+    waits at its gate until join has moved it into its cgroup.
     """
     status_fd = _lock_status(status_path(log_dir, name.attempt))
     try:
@@ -113,6 +134,7 @@ def spawn(
         os.close(status_fd)
         raise
     in_fd = _stdin_fd(body.stdin)
+    gate_in, gate_out = os.pipe2(os.O_CLOEXEC) if join is not None else (-1, -1)
     try:
         if user is not None and user.switch:
             # The owner may read its attempt's output and status. Through the
@@ -120,25 +142,53 @@ def spawn(
             # The directory and the journal stay the daemon's.
             os.fchown(out_fd, user.uid, user.gid)
             os.fchown(status_fd, user.uid, user.gid)
-            return _spawn_as(user, body, env, in_fd, out_fd, status_fd)
-        argv = [SH, "-c", SUPERVISOR, "taskq-attempt", "3", body.cwd, _umask(body), *body.argv]
-        pid = os.posix_spawn(
-            SH,
-            argv,
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, in_fd, 0),
-                (os.POSIX_SPAWN_DUP2, out_fd, 1),
-                (os.POSIX_SPAWN_DUP2, out_fd, 2),
-                (os.POSIX_SPAWN_DUP2, status_fd, 3),
-            ],
-            setsid=True,
-            setsigdef=_DEFAULT_SIGNALS,
-        )
+            child = _spawn_as(user, body, env, (in_fd, out_fd, status_fd, gate_in))
+        else:
+            child = _spawn_own(body, env, (in_fd, out_fd, status_fd, gate_in))
+    except BaseException:
+        if gate_out >= 0:
+            os.close(gate_out)
+        raise
     finally:
-        for fd in (status_fd, out_fd, in_fd):
-            os.close(fd)
+        for fd in (status_fd, out_fd, in_fd, gate_in):
+            if fd >= 0:
+                os.close(fd)
+    if join is not None:
+        child.unjoined = _open_gate(child.pid, join, gate_out)
+    return child
+
+
+def _spawn_own(body: TaskBody, env: dict[str, str], fds: tuple[int, int, int, int]) -> Spawned:
+    """Start one of our own attempts: posix_spawn, the descriptors on 0 to 3 (and the gate on 4)."""
+    in_fd, out_fd, status_fd, gate_in = fds
+    actions = [
+        (os.POSIX_SPAWN_DUP2, in_fd, 0),
+        (os.POSIX_SPAWN_DUP2, out_fd, 1),
+        (os.POSIX_SPAWN_DUP2, out_fd, 2),
+        (os.POSIX_SPAWN_DUP2, status_fd, 3),
+    ]
+    gate = "-"
+    if gate_in >= 0:
+        actions.append((os.POSIX_SPAWN_DUP2, gate_in, GATE_FD))
+        gate = str(GATE_FD)
+    argv = [SH, "-c", SUPERVISOR, "taskq-attempt", "3", gate, body.cwd, _umask(body), *body.argv]
+    pid = os.posix_spawn(
+        SH, argv, env, file_actions=actions, setsid=True, setsigdef=_DEFAULT_SIGNALS
+    )
     return Spawned(pid, proc_start_time(pid))
+
+
+def _open_gate(pid: int, join: Join, gate_out: int) -> str | None:
+    """Join the held supervisor to its cgroup, then let it go on; why not, if it cannot."""
+    try:
+        join(pid)
+    except OSError as e:
+        return f"could not join its cgroup: {e.strerror or e}"
+    else:
+        os.write(gate_out, b"go\n")  # a pipe's buffer takes it: never blocks
+        return None
+    finally:
+        os.close(gate_out)
 
 
 def _umask(body: TaskBody) -> str:
@@ -206,40 +256,66 @@ _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGHUP
 
 
 def _spawn_as(
-    user: RunAs, body: TaskBody, env: dict[str, str], in_fd: int, out_fd: int, status_fd: int
+    user: RunAs, body: TaskBody, env: dict[str, str], fds: tuple[int, int, int, int]
 ) -> Spawned:
     """Start another user's attempt: new session, its groups, gid and uid, all in C."""
-    slot = status_slot()
+    in_fd, out_fd, status_fd, gate_in = fds
+    slot, gate_slot = _slots()
+    if gate_in >= 0 and gate_slot < 0:
+        raise OSError(errno.EMFILE, "no descriptor below 10 was free for an attempt's gate")
     os.dup2(status_fd, slot, inheritable=False)  # sh names descriptors 0-9 only
-    argv = [SH, "-c", SUPERVISOR, "taskq-attempt", str(slot), body.cwd, _umask(body), *body.argv]
+    passed: tuple[int, ...] = (slot,)
+    gate = "-"
+    if gate_in >= 0:
+        os.dup2(gate_in, gate_slot, inheritable=False)
+        passed, gate = (slot, gate_slot), str(gate_slot)
+    argv = [SH, "-c", SUPERVISOR, "taskq-attempt", str(slot), gate, body.cwd, _umask(body)]
     try:
-        child = _popen_as(user, argv, env, in_fd, out_fd, slot)
+        child = _popen_as(user, [*argv, *body.argv], env, in_fd, out_fd, passed)
     finally:
-        os.dup2(_devnull(), slot, inheritable=False)  # the slot lets go of the status lock
+        for fd in passed:  # the slots let go of the status lock and the gate
+            os.dup2(_devnull(), fd, inheritable=False)
     # The daemon reaps its children itself (waitpid(-1)); mark this one as
     # settled so that subprocess never reaps it behind the daemon's back.
     child.returncode = 0
     return Spawned(child.pid, proc_start_time(child.pid))
 
 
-@functools.cache
 def status_slot() -> int:
-    """A descriptor number below 10 reserved (on /dev/null) for handing over status files.
+    """Reserve, before other threads run, the descriptors below 10 that hand files to sh."""
+    return _slots()[0]
 
-    Only the loop's thread spawns, and the slot is never free, so no other
-    thread's open() can land on it between the dup2 and the spawn.
+
+@functools.cache
+def _slots() -> tuple[int, int]:
+    """Descriptor numbers below 10 reserved (on /dev/null): a status file's and a gate's.
+
+    Only the loop's thread spawns, and the slots are never free, so no other
+    thread's open() can land on one between the dup2 and the spawn. The
+    gate's is -1 if none was free: then another user's attempt with a
+    cgroup cannot start (OSError, a failed attempt).
     """
+    found = []
     for fd in range(9, 3, -1):
         try:
             fcntl.fcntl(fd, fcntl.F_GETFD)
         except OSError:
             os.dup2(_devnull(), fd, inheritable=False)
-            return fd
-    raise OSError(errno.EMFILE, "no descriptor below 10 is free for an attempt's status")
+            found.append(fd)
+            if len(found) == 2:
+                break
+    if not found:
+        raise OSError(errno.EMFILE, "no descriptor below 10 is free for an attempt's status")
+    return found[0], found[1] if len(found) == 2 else -1
 
 
 def _popen_as(
-    user: RunAs, argv: list[str], env: dict[str, str], in_fd: int, out_fd: int, slot: int
+    user: RunAs,
+    argv: list[str],
+    env: dict[str, str],
+    in_fd: int,
+    out_fd: int,
+    passed: tuple[int, ...],
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         argv,
@@ -247,7 +323,7 @@ def _popen_as(
         stdin=in_fd,
         stdout=out_fd,
         stderr=out_fd,
-        pass_fds=(slot,),
+        pass_fds=passed,
         close_fds=True,
         start_new_session=True,
         env=env,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from taskq.daemon.cgroups import MODES
 from taskq.daemon.loadgate import DEFAULT_INTERVAL, DEFAULT_LIMITS
 from taskq.errors import BadInput
 from taskq.spool.retention import TMP_MAX_AGE
@@ -68,6 +69,7 @@ DURATIONS = {
 }
 WORKERS = (8, 1, 4096)  # --workers: default, least, most
 KEEP_DONE = "7d"  # --keep-done, or "never"
+CGROUP_MODES = MODES  # --cgroups; the first is the default
 
 
 def _default(name: str) -> int:
@@ -97,6 +99,7 @@ class Settings:
     keep_done: int | None = parse_duration(KEEP_DONE)  # done/ retention, hourly; None keeps all
     metrics_file: str | None = None  # a node_exporter textfile, rewritten every few seconds
     metrics_listen: tuple[str, int] | None = None  # (address, port) to serve /metrics on
+    cgroups: str = CGROUP_MODES[0]  # where attempts with limits get cgroups: auto, v2, v1, none
 
     def check(self) -> None:
         """Refuse a duration out of its range, naming the option and the range."""

@@ -19,10 +19,13 @@ from collections.abc import Callable
 from taskq.client import fence
 from taskq.daemon import runner
 from taskq.daemon.attempts import Attempts, Prepared, Running
+from taskq.daemon.cgroups import Group
 from taskq.daemon.crew import Crew, Part
 from taskq.spool import fsutil, journal, ownership, transitions
 from taskq.spool.faults import crash_point
 from taskq.spool.journal import Event
+from taskq.spool.resources import Resources
+from taskq.spool.states import State
 from taskq.times.timespec import MS, SECOND, format_duration, format_iso
 
 log = logging.getLogger("taskq")
@@ -130,7 +133,10 @@ class Starter(Part):
             lateness=lateness / SECOND,
             fence=fence.token(held),
         )
-        self.attempts.add_child(Running(held, body, child.pid, self.clock.mono()))
+        run = Running(held, body, child.pid, self.clock.mono(), group=child.group)
+        if child.unjoined is not None:
+            run.notes.append(child.unjoined)
+        self.attempts.add_child(run)
         log.info(
             "started %s attempt %d pid %d lateness %s",
             body.id,
@@ -140,15 +146,23 @@ class Starter(Part):
         )
 
     def _launch(self, ready: Prepared, now: int) -> runner.Spawned | None:
-        """Spawn the attempt; None if it did not start (and why is told)."""
+        """Spawn the attempt (in its cgroup, if it asks for limits); None if it did not start."""
         held, body = ready.claim, ready.body
         log_dir = self.spool.log_dir(body.id)
         scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
         env = runner.task_env(body, held, self.spool.root, scheduled, ready.user)
+        group = None
         try:
             if not self._owns_id(ready, log_dir, now):
                 return None
-            return runner.spawn(body, held.task, log_dir, env, ready.user)
+            if body.limits is not None:
+                group = self._group(ready, now)
+                if group is None:
+                    return None
+            join = None if group is None else group.join
+            child = runner.spawn(body, held.task, log_dir, env, ready.user, join)
+            child.group = group
+            return child
         except runner.AttemptBusy:
             self.settler.vanished_before_start(held, now)  # taken over while we were paused
         except runner.AttemptUsed as e:  # never append to (or show) another attempt's output
@@ -158,6 +172,34 @@ class Starter(Part):
             self.settler.quarantine(self.spool.claim_path(held), reason, now)
         except OSError as e:
             self._failed(ready, e, now)
+        if group is not None:  # it never ran in it
+            self.attempts.confinement.ended(group, body.limits or Resources())
+        return None
+
+    def _group(self, ready: Prepared, now: int) -> Group | None:
+        """The attempt's cgroup, made; None (the task refused) where it can have none.
+
+        A daemon without the cgroups a task asks for fails it at once, with
+        the reason: it never runs a task unlimited that asked for limits,
+        and retrying here could not help. A group that cannot be made (the
+        kernel refused a limit, or is out of cgroups) is a failed attempt.
+        """
+        held, body = ready.claim, ready.body
+        assert body.limits is not None
+        refusal = self.attempts.confinement.refusal(body.limits)
+        if refusal is None:
+            try:
+                return self.attempts.confinement.make(f"{body.id}.{held.task.attempt}", body.limits)
+            except OSError as e:
+                error = f"cannot make its cgroup: {e.filename}: {e.strerror}"
+                log.error("cannot start %s: %s", body.id, error)
+                self.settler.note(held, Event.SPAWN_FAILED, now, error=error)
+                self.settler.on_attempt_end(127)
+                self.settler.after_attempt(held, body, 127, now)
+                return None
+        log.error("refused %s: %s", body.id, refusal)
+        self.settler.note(held, Event.SPAWN_FAILED, now, error=refusal)
+        self.settler.finish(held, State.FAILED, now, body, event=Event.DEAD, reason=refusal)
         return None
 
     def _owns_id(self, ready: Prepared, log_dir: str, now: int) -> bool:

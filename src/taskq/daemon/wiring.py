@@ -16,6 +16,7 @@ from taskq.daemon.attempts import Attempts
 from taskq.daemon.clockguard import ClockGuard
 from taskq.daemon.clusterlimits import ClusterLimits
 from taskq.daemon.commit import GroupCommit
+from taskq.daemon.confinement import Confinement
 from taskq.daemon.crew import Crew
 from taskq.daemon.dispatch import Dispatcher
 from taskq.daemon.health import Health
@@ -80,7 +81,8 @@ def build_parts(
     wake = Wakeups(spool.doorbell, settings.doorbell_poll, clock.mono, drop)
     commit = GroupCommit(clock.mono, lambda: wake.continued)
     health = Health(spool.run, daemon.host, daemon.pid, _public(settings))
-    attempts = Attempts(settings.kill_grace, wake.watch, wake.unwatch)
+    confinement = Confinement(settings.cgroups, f"{daemon.host}_{daemon.pid}", clock.mono)
+    attempts = Attempts(settings.kill_grace, wake.watch, wake.unwatch, confinement)
     metrics = Metrics(settings.host_id, spool.root, settings.workers)
     exporter = Exporter(
         metrics, spool, settings.host_id, clock.now, settings.metrics_file, settings.metrics_listen

@@ -128,4 +128,7 @@ _RECORD: dict[str, fields.Check] = {
     "max_uncertainty": fields.is_number,
     "lease": fields.is_number,
     "clock_check": fields.is_number,
+    "cgroups": fields.or_none(fields.is_text),  # "v2", "v1", or null: none (daemon/confinement)
+    "cgroup_controllers": fields.is_text,
+    "cgroups_problem": fields.or_none(fields.is_text),
 }

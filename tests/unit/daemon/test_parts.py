@@ -16,6 +16,7 @@ from taskq.client.submit import submit
 from taskq.daemon.attempts import Attempts, Running
 from taskq.daemon.clockguard import ClockGuard
 from taskq.daemon.commit import PREPARE_LEAD, GroupCommit
+from taskq.daemon.confinement import Confinement
 from taskq.daemon.dispatch import QueueCaps
 from taskq.daemon.loadgate import LOAD_READ, LoadGate
 from taskq.daemon.settings import Settings
@@ -218,7 +219,9 @@ def test_recovery_takes_over_only_expired_leases_by_the_reference_clock(
 
 def test_attempts_time_out_with_term_then_kill(tmp_path: Path) -> None:
     t = Hands()
-    attempts = Attempts(2 * SECOND, lambda fd, key: None, lambda fd: None)
+    attempts = Attempts(
+        2 * SECOND, lambda fd, key: None, lambda fd: None, Confinement("none", "h_1", lambda: 0)
+    )
     ready = tmp_path / "ready"
     script = f"trap '' TERM; touch {ready}; exec sleep 60"  # deaf to TERM: only KILL ends it
     child = os.posix_spawn("/bin/sh", ["sh", "-c", script], os.environ, setsid=True)
