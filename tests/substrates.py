@@ -1,4 +1,4 @@
-"""Real shared filesystems for the tests: a bindfs FUSE mount, GlusterFS, JuiceFS and CephFS.
+"""Real shared filesystems for the tests: a bindfs FUSE mount, GlusterFS, JuiceFS, CephFS, MooseFS.
 
 This module owns the test beds that put a spool on something other than a local disk:
 
@@ -20,6 +20,12 @@ This module owns the test beds that put a spool on something other than a local 
   stamps mtimes with its own clock. Its daemons run in the foreground as our children, so
   they stop by pid; their logs, sockets and cluster log stay under the bed's directory.
   The shared-spool tests do not run on it: ceph-fuse calls hung there (docs/design.md §2).
+* `moosefs_bed(workdir)` / session fixture `moosefs`: a MooseFS master and one chunkserver
+  (its chunks in a directory under the bed's) in their own network namespace, and three
+  mfsmount FUSE clients. MooseFS's master stamps modification times with its own clock, in
+  whole seconds; the FUSE client refuses RENAME_NOREPLACE (EINVAL) unless the kernel's own
+  view already shows the target (EEXIST). Master and chunkserver run in the foreground as our
+  children and keep their state under the bed's directory; they log to syslog as well.
 
 Tests use the fixtures through ``pytest_plugins = ["substrates"]`` (or by importing them); the
 marker PYTEST_DONT_REWRITE lets a test module import this module before naming it a plugin. Each
@@ -73,6 +79,16 @@ _renameat2 = getattr(_libc, "renameat2", None)
 GLUSTER_ADDRESS = "192.0.2.10"  # TEST-NET-1, on the namespace's own lo; glusterd refuses 127/8
 GLUSTER_VOLUME = "taskq"
 NETNS_DIR = Path("/run/netns")
+
+#: The distributed filesystems the shared-spool test sets (tests/shared/test_shared_fs.py,
+#: test_cluster_limits.py) run on. On MooseFS they take about ten minutes, as a file that
+#: one client wrote stays locked to the others for a second or more, so it joins them only
+#: with TASKQ_TEST_MOOSEFS=1; its own smoke tests always run.
+DISTRIBUTED = (
+    "gluster",
+    "juicefs",
+    *(("moosefs",) if os.environ.get("TASKQ_TEST_MOOSEFS") else ()),
+)
 
 
 # ---------------------------------------------------------------- helpers
@@ -880,4 +896,143 @@ def cephfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CephBed]:
     """A CephFS with three ceph-fuse mounts (`.mounts`), one per simulated host; use
     `.fresh_dir(name)` for a per-test directory. Session-scoped: setup takes seconds."""
     with cephfs_bed(tmp_path_factory.mktemp("cephfs")) as bed:
+        yield bed
+
+
+# ---------------------------------------------------------------- MooseFS
+
+MOOSEFS_ADDRESS = "192.0.2.30"  # TEST-NET-1, on the bed's own namespace's lo
+MOOSEFS_PROGRAMS = ("mfsmaster", "mfschunkserver", "mfsmount", "ip", "nsenter")
+
+
+@dataclass
+class MooseBed(_Views):
+    """A MooseFS master and chunkserver and their FUSE clients (one per simulated host)."""
+
+    mounts: list[Path]
+    netns: str
+    logs: Path
+    setup_seconds: float = 0.0
+    _names: Iterator[int] = field(default_factory=itertools.count, repr=False)
+
+
+def _moosefs_configs(workdir: Path) -> tuple[Path, Path]:
+    """Write the master's and the chunkserver's configuration under `workdir`; return both.
+
+    Both run as root (no mfs user needed), at normal priority, without locking memory or
+    touching the OOM killer; everything listens on the bed's address only.
+    """
+    common = "WORKING_USER = root\nWORKING_GROUP = root\nNICE_LEVEL = 0\nLOCK_MEMORY = 0\n"
+    common += "DISABLE_OOM_KILLER = 0\n"
+    master, chunks = workdir / "master", workdir / "chunkserver"
+    (chunks / "data").mkdir(parents=True)
+    master.mkdir()
+    (master / "metadata.mfs").write_bytes(b"MFSM NEW")  # a new, empty filesystem
+    (workdir / "exports.cfg").write_text("*\t/\trw,alldirs,admin,maproot=0:0\n")
+    (workdir / "topology.cfg").write_text("")
+    (workdir / "hdd.cfg").write_text(f"{chunks / 'data'}\n")
+    master_cfg, chunk_cfg = workdir / "mfsmaster.cfg", workdir / "mfschunkserver.cfg"
+    master_cfg.write_text(
+        common
+        + f"DATA_PATH = {master}\nEXPORTS_FILENAME = {workdir / 'exports.cfg'}\n"
+        + f"TOPOLOGY_FILENAME = {workdir / 'topology.cfg'}\n"
+        + "".join(f"{m}_LISTEN_HOST = {MOOSEFS_ADDRESS}\n" for m in ("MATOML", "MATOCS", "MATOCL"))
+    )
+    chunk_cfg.write_text(
+        common
+        + f"DATA_PATH = {chunks}\nHDD_CONF_FILENAME = {workdir / 'hdd.cfg'}\n"
+        + "HDD_LEAVE_SPACE_DEFAULT = 64MiB\n"
+        + f"MASTER_HOST = {MOOSEFS_ADDRESS}\nBIND_HOST = {MOOSEFS_ADDRESS}\n"
+        + f"CSSERV_LISTEN_HOST = {MOOSEFS_ADDRESS}\n"
+    )
+    return master_cfg, chunk_cfg
+
+
+@contextlib.contextmanager
+def moosefs_bed(workdir: Path, clients: int = 3) -> Iterator[MooseBed]:
+    """Bring up a MooseFS master and chunkserver under `workdir`, mounted `clients` times.
+
+    Every process runs in the bed's network namespace, in the foreground, as our child; the
+    teardown unmounts the clients, then stops the chunkserver, then the master (which saves
+    its metadata), by pid.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("the MooseFS bed needs root (network namespace, FUSE mounts)")
+    _need_fuse(*MOOSEFS_PROGRAMS)
+    started = time.monotonic()
+    logs = workdir / "log"
+    logs.mkdir(parents=True)
+    master_cfg, chunk_cfg = _moosefs_configs(workdir)
+    netns = f"taskq-mfs-{os.getpid()}-{secrets.token_hex(3)}"
+    nsexec = ["nsenter", f"--net={NETNS_DIR / netns}"]
+    with contextlib.ExitStack() as stack:
+        make_netns(stack, netns, MOOSEFS_ADDRESS)  # deleted last: the servers run in it
+
+        def serve(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+            proc = subprocess.Popen(
+                [*nsexec, *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=stack.enter_context(open(logs / f"{name}.out", "wb")),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            stack.callback(_stop_child, proc)
+            return proc
+
+        master = serve("master", ["mfsmaster", "-f", "-c", str(master_cfg)])
+        chunkserver = serve("chunkserver", ["mfschunkserver", "-f", "-c", str(chunk_cfg)])
+        for name, proc, word in (
+            ("master", master, b"initialized properly"),
+            ("chunkserver", chunkserver, b"connected to Master"),
+        ):
+            out = logs / f"{name}.out"
+            wait_until(functools.partial(_said_or_exited, proc, out, word), what=f"mfs{name}")
+            if proc.poll() is not None:
+                pytest.skip(f"mfs{name} exited ({proc.returncode}): {_tail(out)}")
+        mounted = []
+        for i in range(clients):
+            mnt = workdir / f"mnt{i}"
+            mnt.mkdir()
+            proc = serve(f"client{i}", ["mfsmount", "-f", "-H", MOOSEFS_ADDRESS, str(mnt)])
+            mounted.append((mnt, proc))
+            # Every mount goes before any client is stopped: the clients then exit a second
+            # or two later all at once, not one after the other.
+            stack.callback(_unmount_all, [m for m, _ in mounted])
+        for i, (mnt, proc) in enumerate(mounted):
+            wait_until(functools.partial(_mounted_or_exited, mnt, proc), what=f"mfsmount {i}")
+            if mount_type(mnt) is None:
+                pytest.skip(f"mfsmount {i} did not mount: {_tail(logs / f'client{i}.out')}")
+        # A file's data needs the chunkserver registered with the master: write one.
+        probe = mounted[0][0] / ".bed-probe"
+        wait_until(functools.partial(_try_write, probe), what="a write through mfsmount 0")
+        probe.unlink()
+        yield MooseBed(
+            [m for m, _ in mounted], netns, logs, setup_seconds=time.monotonic() - started
+        )
+
+
+def _unmount_all(points: list[Path]) -> None:
+    for mnt in points:
+        _unmount(mnt)
+
+
+def _said_or_exited(proc: subprocess.Popen[bytes], log: Path, word: bytes) -> bool:
+    return proc.poll() is not None or word in log.read_bytes()
+
+
+def _try_write(path: Path) -> bool:
+    try:
+        with open(path, "wb") as f:
+            f.write(b"probe")
+            os.fsync(f.fileno())
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def moosefs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MooseBed]:
+    """A MooseFS with three mfsmount mounts (`.mounts`), one per simulated host; use
+    `.fresh_dir(name)` for a per-test directory. Session-scoped: setup takes seconds."""
+    with moosefs_bed(tmp_path_factory.mktemp("moosefs")) as bed:
         yield bed

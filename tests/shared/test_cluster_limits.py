@@ -1,4 +1,5 @@
-"""Limits that hold across daemons: a queue limit, a mutex and a rate, on local, GlusterFS, JuiceFS.
+"""Limits that hold across daemons: a queue limit, a mutex and a rate, on local, GlusterFS, JuiceFS
+(and MooseFS with TASKQ_TEST_MOOSEFS=1).
 
 Three daemons share one spool (on GlusterFS, each through its own FUSE
 client, standing for one host). Each task appends its start and its end to
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Daemon, Taskq, kill_all, wait_for
-from substrates import GlusterBed, JuiceBed
+from substrates import DISTRIBUTED, GlusterBed, JuiceBed, MooseBed
 
 from taskq.spool import permits
 from taskq.spool.layout import Spool
@@ -35,12 +36,12 @@ class Bed:
     logs: Path
 
 
-@pytest.fixture(params=["local", "gluster", "juicefs"])
+@pytest.fixture(params=["local", *DISTRIBUTED])
 def bed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bed]:
     if request.param == "local":
         roots = [tmp_path / "spool"] * 3
     else:
-        shared: GlusterBed | JuiceBed = request.getfixturevalue(request.param)
+        shared: GlusterBed | JuiceBed | MooseBed = request.getfixturevalue(request.param)
         roots = [d / "spool" for d in shared.fresh_dir("limits")]
     yield Bed([Taskq(r) for r in roots], tmp_path)
 

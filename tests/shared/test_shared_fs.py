@@ -1,4 +1,4 @@
-"""The promises on every substrate taskq supports: local, FUSE, GlusterFS, JuiceFS.
+"""The promises on every substrate taskq supports: local, FUSE, GlusterFS, JuiceFS, MooseFS.
 
 Each test runs on four substrates. "local" is tmp_path. "bindfs" is a FUSE
 mount that refuses renameat2(RENAME_NOREPLACE) with EINVAL, exactly as the
@@ -7,7 +7,9 @@ Linux NFS client does, so every transition takes the plain-rename path.
 standing for one host: daemons run on two of them, and submissions and
 operator commands come through the third. "juicefs" is the same with a
 JuiceFS volume (metadata in SQLite, data in a local directory), which
-supports RENAME_NOREPLACE and caches attributes and entries for 1 s. Tasks stamp their real start
+supports RENAME_NOREPLACE and caches attributes and entries for 1 s; with
+TASKQ_TEST_MOOSEFS=1, "moosefs" too, whose master stamps whole seconds.
+Tasks stamp their real start
 time; the tests assert every task ends, none starts early, none runs twice
 except where the journal records a lost lease, and nothing is quarantined.
 """
@@ -28,10 +30,10 @@ from typing import Any
 
 import pytest
 from conftest import TASKQ, Daemon, Taskq, kill_all, read_stamps, wait_for
-from substrates import GlusterBed, JuiceBed
+from substrates import DISTRIBUTED, GlusterBed, JuiceBed, MooseBed
 
 pytest_plugins = ["substrates"]
-SUBSTRATES = ["local", "bindfs", "gluster", "juicefs"]
+SUBSTRATES = ["local", "bindfs", *DISTRIBUTED]
 
 
 @dataclass
@@ -56,7 +58,7 @@ def bed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bed]:
         mount: Path = request.getfixturevalue("bindfs_dir")
         roots = [mount / "spool"] * 3
     else:
-        shared: GlusterBed | JuiceBed = request.getfixturevalue(kind)
+        shared: GlusterBed | JuiceBed | MooseBed = request.getfixturevalue(kind)
         roots = [d / "spool" for d in shared.fresh_dir("taskq")]
     yield Bed(kind, [Taskq(r) for r in roots], tmp_path)
 

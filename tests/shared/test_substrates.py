@@ -1,4 +1,5 @@
-"""Smoke tests of the shared-filesystem beds in tests/substrates.py (bindfs, GlusterFS, CephFS)."""
+"""Smoke tests of the shared-filesystem beds in tests/substrates.py (bindfs, GlusterFS, CephFS,
+MooseFS)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from substrates import RENAME_NOREPLACE, CephBed, GlusterBed, mount_type, renameat2, wait_until
+from substrates import (
+    RENAME_NOREPLACE,
+    CephBed,
+    GlusterBed,
+    MooseBed,
+    mount_type,
+    renameat2,
+    wait_until,
+)
 
 pytest_plugins = ["substrates"]
 
@@ -129,3 +138,34 @@ def test_cephfs_clients_are_coherent_and_refuse_to_replace(cephfs: CephBed) -> N
     with pytest.raises(FileNotFoundError):
         os.rename(c / "src", c / "again")
     assert (c / "moved").read_text() == "s"
+
+
+@pytest.mark.slow
+def test_moosefs_clients_share_one_clock_in_whole_seconds(moosefs: MooseBed) -> None:
+    """Three mfsmount clients: what one writes the others see, RENAME_NOREPLACE is refused
+    (EINVAL) where the kernel cannot see the target, a rename onto a directory that is not
+    empty fails (what permits need), and a write is stamped in whole seconds."""
+    assert len({m.stat().st_dev for m in moosefs.mounts}) == 3  # three separate clients
+    assert all(mount_type(m) == "fuse" for m in moosefs.mounts)
+    a, b, c = moosefs.fresh_dir("coherent")
+    (a / "src").write_text("s")
+    assert (c / "src").read_text() == "s"
+    with pytest.raises(OSError) as refused:
+        renameat2(b / "src", b / "new", RENAME_NOREPLACE)
+    assert refused.value.errno == errno.EINVAL
+    (a / "d1").mkdir()
+    (a / "d2").mkdir()
+    (a / "d2" / "lease").touch()
+    with pytest.raises(OSError) as full:
+        os.rename(b / "d1", b / "d2")
+    assert full.value.errno in (errno.ENOTEMPTY, errno.EEXIST)
+    os.stat(c / "src")  # c has it cached
+    os.rename(a / "src", a / "moved")
+    with pytest.raises(FileNotFoundError):
+        os.rename(c / "src", c / "again")
+    stamps: list[int] = []
+    for view in (a, b, c):  # one file each: a file another client writes is locked a while
+        with open(view / f"stamped-{len(stamps)}", "wb") as f:
+            f.write(b"x")
+            stamps.append(os.fstat(f.fileno()).st_mtime_ns)
+    assert all(ns % 1_000_000_000 == 0 for ns in stamps), stamps
