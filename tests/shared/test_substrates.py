@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,10 @@ from substrates import (
     renameat2,
     wait_until,
 )
+
+from taskq.daemon.wakeups import Wakeups
+from taskq.times.clock import STAMP_LAG, Clock, mono_us, wall_us
+from taskq.times.timespec import MS, SECOND
 
 pytest_plugins = ["substrates"]
 
@@ -169,3 +174,48 @@ def test_moosefs_clients_share_one_clock_in_whole_seconds(moosefs: MooseBed) -> 
             f.write(b"x")
             stamps.append(os.fstat(f.fileno()).st_mtime_ns)
     assert all(ns % 1_000_000_000 == 0 for ns in stamps), stamps
+
+
+@pytest.mark.slow
+def test_the_clock_probe_narrows_whole_second_stamps_to_milliseconds(moosefs: MooseBed) -> None:
+    """A host 250 ms ahead of the master: one measurement knows it only within a second, a
+    dozen aimed ones (as the clock guard times them) far closer, never excluding it (the
+    master's stamps may lag its clock by up to STAMP_LAG)."""
+    skew = 250 * MS
+    clock = Clock(wall=lambda: wall_us() + skew)
+    probe = str(moosefs.fresh_dir("clock")[0] / "probe")
+    clock.measure(probe)
+    assert clock.coarse
+    seen = [(clock.low, clock.offset)]
+    for _ in range(14):
+        at = clock.aim(clock.mono() + 100 * MS)
+        while clock.mono() < at:
+            time.sleep(max(0, at - clock.mono()) / SECOND)
+        clock.measure(probe)
+        seen.append((clock.low, clock.offset))
+        assert clock.low - STAMP_LAG <= skew <= clock.offset + MS, seen
+    # A few ms on an idle machine; a loaded one wakes late and narrows it less.
+    assert clock.offset - clock.low < 500 * MS, seen
+    assert clock.reference(clock.now()) >= wall_us() - MS  # leases are never cut short
+
+
+@pytest.mark.slow
+def test_a_second_ring_in_the_same_whole_second_is_heard(moosefs: MooseBed) -> None:
+    """Another host rings the doorbell twice within one second: the master stamps both the
+    same, and the poll hears both; a second and a little after the last, it hears none."""
+    a, b, _ = moosefs.fresh_dir("bell")
+    (a / "doorbell").touch()
+    bell = Wakeups(str(a / "doorbell"), 1, mono_us)
+    for _ in range(5):
+        time.sleep(1.02 - time.time() % 1)  # just after the master's second turns
+        second = int(time.time())
+        os.utime(b / "doorbell")
+        assert bell.wait(5)[0], "the first ring"
+        os.utime(b / "doorbell")
+        if int(time.time()) == second:
+            break
+    else:
+        pytest.skip("too slow to ring twice within one second")
+    assert bell.wait(5)[0], "the second ring, stamped as the first was"
+    time.sleep((SECOND + STAMP_LAG) / SECOND)
+    assert not bell.wait(0.5)[0], "no ring heard once the second is over"

@@ -79,8 +79,10 @@ class ClockGuard:
         elif not trusted and problem != self.problem:
             log.error("%s: not dispatching until that changes", problem)
         self.ok, self.problem = trusted, (None if trusted else problem)
-        every = self.every if trusted else min(self.every, SECOND)
-        self.next_check = self.clock.mono() + every
+        # On whole-second stamps only frequent, aimed measurements keep the offset's
+        # bracket narrow (times/clock.py).
+        every = self.every if trusted and not self.clock.coarse else min(self.every, SECOND)
+        self.next_check = self.clock.aim(self.clock.mono() + every)
         self.measured(regained)
 
     def _too_uncertain(self, offset: int) -> str:

@@ -7,8 +7,12 @@ doorbell); inotify (through watchdog) turns either into a byte on a pipe.
 Submitters on other hosts of a shared filesystem are invisible to inotify,
 so the loop also stats the doorbell and drop/ every `poll` interval and
 treats a changed stamp as a ring: a stat or two, not a rescan, per
-interval. Other descriptors (pidfds of adopted attempts) can be registered
-to wake the loop too.
+interval. A filesystem that stamps whole seconds (MooseFS) shows no change
+for a second ring within the second of the first, so for a second (and
+STAMP_LAG) after a whole-second stamp is first seen, every poll counts as
+a ring. Other
+descriptors (pidfds of adopted attempts) can be registered to wake the
+loop too.
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from taskq.times.clock import STAMP_LAG
 from taskq.times.timespec import SECOND
+
+_Stamp = tuple[tuple[int, int, int] | None, ...]
 
 log = logging.getLogger("taskq")
 
@@ -41,6 +48,7 @@ class Wakeups:
         self.sel = selectors.DefaultSelector()
         self._bell_w = -1
         self._stamp = self._bell_stamp()
+        self._seen = mono()  # when the stamp was first seen
         self._next_poll = 0
         self._observer: Any = None
 
@@ -122,11 +130,14 @@ class Wakeups:
             return False
         self._next_poll = self.mono() + self.poll
         stamp = self._bell_stamp()
-        changed = stamp != self._stamp
-        self._stamp = stamp
-        return changed
+        if stamp != self._stamp:
+            self._stamp, self._seen = stamp, self.mono()
+            return True
+        # Rings later in the second of a whole-second stamp leave it as it is; that
+        # second ends within a second (and the stamp's lag) of our first sight of it.
+        return _whole_seconds(stamp) and self.mono() < self._seen + SECOND + STAMP_LAG
 
-    def _bell_stamp(self) -> tuple[tuple[int, int, int] | None, ...]:
+    def _bell_stamp(self) -> _Stamp:
         if self.drop is None:
             return (_stamp(self.doorbell),)
         return _stamp(self.doorbell), _stamp(self.drop)
@@ -147,6 +158,11 @@ def _stamp(path: str) -> tuple[int, int, int] | None:
     finally:
         os.close(fd)
     return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _whole_seconds(stamp: _Stamp) -> bool:
+    found = [s for s in stamp if s is not None]
+    return bool(found) and all(s[1] % 10**9 == 0 and s[2] % 10**9 == 0 for s in found)
 
 
 def _drain(fd: int) -> None:

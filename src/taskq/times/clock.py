@@ -7,6 +7,18 @@ stamps its mtime, and compare. On a shared filesystem that makes the file
 server the one reference clock for every host; on one host the offset is
 about the timestamp granularity.
 
+A filesystem that stamps whole seconds (MooseFS's master) bounds the
+offset only within a second from one measurement. Then the clock keeps a
+bracket, a bound below as well as above: a lease's expiry is written by the
+bound below (the latest the reference clock can read, allowing for stamps
+that lag the server's clock by up to STAMP_LAG), so no holder's lease is
+cut short, while starts wait by the bound above. Each measurement
+narrows the bracket carried from the last one (allowing for the reference
+clock's slew), and `aim` times the next one where the reference clock's
+next second should begin by the bracket's middle, so the bracket halves
+each time: a dozen measurements, a second apart, bring a second down to
+milliseconds, and measuring every second keeps it there.
+
 Wall clocks step (NTP at boot, a VM resumed, an operator's `date -s`); the
 monotonic clock does not. So the offset is carried forward between
 measurements by how much the wall clock moved beyond the monotonic one
@@ -28,6 +40,11 @@ from taskq.times.timespec import MS, SECOND
 
 SAMPLES = 5  # probe writes per measurement; the tightest bound is kept
 STEP = 2 * MS  # wall minus monotonic progress beyond this is a step, not jitter
+SLEW_PPM = 500  # how fast a reference clock may be slewed (ntpd's most), per million
+# How far a whole-second stamp may lag its server's clock: MooseFS's master stamps by a
+# time it reads once per turn of its event loop (2.8 ms behind was seen; a starved one more).
+STAMP_LAG = 500 * MS
+SWEEP = 30 * MS  # the longest a measurement writes on, waiting for a whole-second stamp to turn
 
 
 def wall_us() -> int:
@@ -55,6 +72,8 @@ class Clock:
         self.wall = wall
         self.mono = mono
         self.offset = 0  # our clock minus the reference clock at the last measurement, µs
+        self.low = 0  # ... at least this much (below offset only on whole-second stamps)
+        self.coarse = False  # the filesystem stamps whole seconds
         self.measured = False
         self._anchor = self._pair()  # (wall, mono) when the offset was measured
 
@@ -113,8 +132,26 @@ class Clock:
         return now >= self.earliest_start(run_at)
 
     def reference(self, now: int) -> int:
-        """A reading of ours as the reference clock would have it (for lease expiries)."""
-        return now - self.offset_now()
+        """A reading of ours as the reference clock would at latest have it (for lease
+        expiries: a lease taken now lasts at least as long as it says)."""
+        lag = STAMP_LAG if self.coarse else 0
+        return now - self.low - self.drift() + lag
+
+    def aim(self, mono_at: int) -> int:
+        """The monotonic instant, within a second from mono_at, to measure at next.
+
+        On whole-second stamps the server's next second begins at our time
+        k + x, x in the bracket. A wide bracket is halved: a write at our time
+        k + mid is stamped k when x is below mid and k - 1 when above. A
+        narrow one is swept: writes from just before k + low until the stamp
+        turns pin the turn between two writes (see measure).
+        """
+        if not self.coarse:
+            return mono_at
+        wide = self.offset - self.low > SWEEP
+        target = (self.offset + self.low) // 2 if wide else self.low - MS
+        wall_at = self.wall() + mono_at - self.mono()
+        return mono_at + (target + self.drift() - wall_at) % SECOND
 
     def measure(self, probe: str) -> int:
         """Measure the offset against the filesystem that holds probe; return it.
@@ -122,28 +159,57 @@ class Clock:
         Each sample brackets the filesystem's stamp between two readings of
         our clock: t_after - mtime is an upper bound on how far we are ahead
         (it also includes the stamp's granularity), so the smallest one over
-        a few samples is the tightest safe estimate.
+        a few samples is the tightest safe estimate. On whole-second stamps,
+        t_before - mtime - 1 s bounds it below, and sampling goes on across
+        the bracket (at most SWEEP) until the stamp turns.
         """
-        best: int | None = None
+        samples: list[tuple[int, int, int]] = []
         fd = _open_probe(probe)
         try:
-            for i in range(SAMPLES):
+            while len(samples) < SAMPLES or self._sweeping(samples):
                 # A write, not utime(): the kernel (or file server) stamps it,
                 # and a faked clock in this process cannot supply the time.
-                os.pwrite(fd, bytes([i]), 0)
+                before = self.wall()
+                os.pwrite(fd, bytes([len(samples) % 256]), 0)
                 mtime = os.fstat(fd).st_mtime_ns // 1000
-                ahead = self.wall() - mtime
-                best = ahead if best is None or ahead < best else best
+                samples.append((before, mtime, self.wall()))
                 time.sleep(0.0003)
         finally:
             os.close(fd)
-        assert best is not None
-        self.set_offset(best)
-        return best
+        high = min(after - mtime for _, mtime, after in samples)
+        coarse = all(mtime % SECOND == 0 for _, mtime, _ in samples)
+        low = max(before - mtime for before, mtime, _ in samples) - SECOND if coarse else high
+        if coarse and self.coarse:
+            low, high = self._narrowed(low, high)
+        self.set_offset(high, low, coarse)
+        return high
 
-    def set_offset(self, offset: int) -> None:
-        """Record a measured offset as of now (measure() calls it; tests may too)."""
+    def _sweeping(self, samples: list[tuple[int, int, int]]) -> bool:
+        """Whether to write again: whole-second stamps that have not turned yet, while our
+        clock is near and short of where the bracket says they turn, for at most SWEEP."""
+        first, mtime, last = samples[0][0], samples[-1][1], samples[-1][2]
+        if not self.coarse or self.offset - self.low > SWEEP or last - first > SWEEP:
+            return False
+        if any(m != mtime or m % SECOND for _, m, _ in samples):
+            return False
+        turn = mtime + SECOND + self.drift()  # at our time turn + x, x in the bracket
+        return turn + self.low - SWEEP <= last < turn + self.offset + MS
+
+    def _narrowed(self, low: int, high: int) -> tuple[int, int]:
+        """The new bracket within the last one carried forward, if they agree."""
+        drift, err = self._drift()
+        slack = (self.mono() - self._anchor[1]) * SLEW_PPM // 1_000_000 + err
+        was_low, was_high = self.low + drift - slack, self.offset + drift + slack
+        if max(low, was_low) > min(high, was_high):
+            return low, high  # the reference clock stepped: start again
+        return max(low, was_low), min(high, was_high)
+
+    def set_offset(self, offset: int, low: int | None = None, coarse: bool = False) -> None:
+        """Record a measured offset (and its bound below) as of now (measure() calls it;
+        tests may too)."""
         self.offset = offset
+        self.low = offset if low is None else low
+        self.coarse = coarse
         self.measured = True
         self._anchor = self._pair()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from taskq.times.clock import STEP, Clock
+from taskq.times.clock import STAMP_LAG, STEP, Clock
 from taskq.times.timespec import MS, SECOND
 
 
@@ -87,3 +87,22 @@ def test_measure_against_a_real_filesystem(tmp_path: Path) -> None:
     offset = clock.measure(str(tmp_path / "probe"))
     assert 29 * SECOND < offset < 31 * SECOND
     assert not clock.trusted()
+
+
+def test_on_whole_second_stamps_leases_are_written_by_the_bound_below() -> None:
+    clock, t = make()
+    clock.set_offset(400 * MS, low=-600 * MS, coarse=True)  # one whole-second measurement
+    assert clock.earliest_start(t.wall_us) == t.wall_us + 400 * MS + MS  # starts: bound above
+    # a lease's expiry: the latest the reference clock can read, stamps' lag allowed for
+    assert clock.reference(t.wall_us) == t.wall_us + 600 * MS + STAMP_LAG
+
+
+def test_a_wide_bracket_is_aimed_at_its_middle_a_narrow_one_at_its_start() -> None:
+    clock, t = make()
+    t.wall_us = 1_700_000_000 * SECOND + 100 * MS  # .100 on our clock
+    clock.set_offset(700 * MS, low=-300 * MS, coarse=True)  # middle 200 ms
+    assert clock.aim(t.mono_us) == t.mono_us + 100 * MS  # at .200: the server's turn if mid
+    clock.set_offset(250 * MS, low=240 * MS, coarse=True)
+    assert clock.aim(t.mono_us) == t.mono_us + 139 * MS  # a ms before .240
+    clock.set_offset(250 * MS)  # fine stamps: not aimed
+    assert clock.aim(t.mono_us) == t.mono_us
