@@ -132,7 +132,8 @@ def test_top_shows_running_due_backlog_and_failures_as_ls_does(
     assert re.search(r"^mail\s+3\s+3\s", text, re.M), text
     assert re.search(rf"^\s+{failed}\s+default\s+\S+\s+7\s+sh -c 'exit 7'", text, re.M), text
     assert "\x1b" not in text and not any(b in text for b in behind)  # overdue: counted only
-    assert "LATENESS of the last 1 starts" in text  # the done task's; the failed one is not done
+    # The done task's start; the failed one is not done, so its start is not counted.
+    assert "LATENESS of the last 1 done tasks' starts (1)" in text
     assert re.search(r"dispatching; clock uncertainty", text)
     gate.touch()
 
@@ -161,6 +162,8 @@ def test_keys_filter_show_and_cancel(tq: Taskq, tmp_path: Path, screens: list[Sc
     screen.wait(lambda t: f"cancel {mail}? y/n" in t, "the question")
     screen.keys("y")
     screen.wait(lambda t: f"cancelled {mail}" in t, "the answer")
+    # Its bucket, one after now's minute, is counted again (livecounts): mail waits no more.
+    screen.wait(lambda t: re.search(r"^mail\s+0\s+0\s", t, re.M) is not None, "mail's count")
     assert tq.state(mail) == "cancelled"
     assert tq.state(other) == "pending"
 

@@ -118,6 +118,9 @@ def _queue_lines(picture: Picture) -> list[Line]:
         late = _ago(q.oldest_overdue) if q.overdue else "-"
         text = f"{_safe(q.name):<20} {q.pending:>9} {q.overdue:>9} {late:>15} {q.running:>8}"
         out.append(("bad" if q.overdue else "", text, None))
+    if picture.counts_age:
+        age = _ago(picture.counts_age)
+        out.append(("", f"  (pending after this minute: counted up to {age} ago, in turns)", None))
     return out
 
 
@@ -152,7 +155,9 @@ def _due_lines(picture: Picture) -> list[Line]:
 
 def _lateness_lines(picture: Picture) -> list[Line]:
     total = sum(picture.lateness)
-    out: list[Line] = [("head", f"LATENESS of the last {total} starts", None)]
+    tasks = picture.lateness_tasks
+    title = f"LATENESS of the last {tasks} done tasks' starts ({total})"
+    out: list[Line] = [("head", title, None)]
     widest = max(picture.lateness, default=0) or 1
     for name, n in zip(_BAR_NAMES, picture.lateness, strict=True):
         bar = "#" * (round(40 * n / widest) if n else 0)

@@ -19,6 +19,7 @@ from taskq.cli.params import POSITIVE_DURATION, PlainHelp
 from taskq.cli.top import KEYS, Line, describe_task, header, lines, timed
 from taskq.client import operations
 from taskq.errors import BadInput, TaskqError
+from taskq.observe.livecounts import LiveCounts
 from taskq.observe.top import Picture, gather
 from taskq.spool.defaults import default_host_id
 from taskq.spool.layout import Spool
@@ -61,6 +62,7 @@ class TopApp:
 
     def __init__(self, spool: Spool, queues: frozenset[str], interval: float) -> None:
         self.spool, self.queues, self.interval = spool, queues, interval
+        self.live = LiveCounts(spool)
         self.host = default_host_id()
         self.title = urwid.Text("")
         self.walker: Any = urwid.SimpleFocusListWalker([])
@@ -88,7 +90,7 @@ class TopApp:
     # -- drawing -------------------------------------------------------
 
     def picture(self) -> Picture:
-        return gather(self.spool, wall_us(), self.host, self.queues)
+        return gather(self.spool, wall_us(), self.host, self.queues, self.live)
 
     def refresh(self) -> None:
         """Gather the spool again and rebuild the lines, keeping the selection."""

@@ -97,6 +97,10 @@ class DirCounts:
             self.new[rel] = f"{key}\t{counted}"
         return counted
 
+    def kept(self, parent: str, name: str) -> bool:
+        """Whether this run's count of parent/name is kept (its directory had settled)."""
+        return (f"{parent}/{name}" if name else parent) in self.new
+
     def _fd(self, parent: str) -> int:
         """An open descriptor of a directory of the spool: stat() relative to it walks less."""
         fd = self._fds.get(parent)
@@ -105,11 +109,26 @@ class DirCounts:
             self._fds[parent] = fd
         return fd
 
-    def save(self) -> None:
-        """Replace the cache with what this run used (best effort: never fails); close up."""
+    def carry(self) -> None:
+        """Count again, from all this cache holds (a reader that counts again and again).
+
+        What this run counted replaces what it was read with; a directory
+        that is gone keeps its line in memory, which no new one can match
+        (its inode and ctime).
+        """
+        self.old.update(self.new)
+        self.new = {}
+        self.now = time.time_ns()
+
+    def close(self) -> None:
+        """Close the directories held open (the next count opens them again)."""
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+
+    def save(self) -> None:
+        """Replace the cache with what this run used (best effort: never fails); close up."""
+        self.close()
         if self.new == self.old:
             return
         text = "".join(f"{rel}\t{rest}\n" for rel, rest in self.new.items())

@@ -2,7 +2,10 @@
 
 The counts per queue and the overdue backlog are `taskq stats`'s own
 (stats.counted: names only, unchanged directories from the dircounts
-cache), so a million stored tasks cost a stat() per bucket, not a listing.
+cache), except that a view redrawn again and again passes its LiveCounts,
+which re-checks the buckets after now's minute in turns and says how old
+their counts are (counts_age): a million stored tasks then cost a listing
+of pending/ and a slice of stat()s per redraw.
 What else the view shows is bounded however large the spool is: the tasks
 in claimed/ (as many as the daemons run), the next ROWS pending tasks
 after now (the first buckets from now's minute on, in name order, which
@@ -16,6 +19,7 @@ field by field as text.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from collections.abc import Iterator
@@ -24,19 +28,20 @@ from typing import Any
 
 from taskq.errors import TaskqError
 from taskq.observe import stats
-from taskq.spool import fsutil, journal
+from taskq.observe.livecounts import LiveCounts
+from taskq.spool import fsutil, journal, walk
 from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.listing import command_of
 from taskq.spool.states import PHASE_OF, STATE_OF, Phase, State
-from taskq.spool.task import ClaimName, TaskName, bucket_of, valid_bucket
+from taskq.spool.task import ClaimName, TaskName, bucket_of
 from taskq.times.timespec import SECOND, format_compact
 from taskq.times.when import parse_when
 
 ROWS = 10  # due tasks shown (running: all, up to MAX_RUNNING)
 FAILURES = 5
 MAX_RUNNING = 200
-RECENT = 200  # finished tasks whose starts make the lateness histogram
+RECENT = 200  # done tasks whose starts make the lateness histogram
 # Upper bounds (s) of the histogram's bars; the last bar is everything later.
 LATENESS_BARS = (0.001, 0.01, 0.1, 1.0, 10.0, 60.0)
 
@@ -78,28 +83,44 @@ class Picture:
     due: list[Task]
     overdue_total: int
     failures: list[Task]
-    lateness: list[int]  # attempts per bar of LATENESS_BARS (one more: the rest)
+    lateness: list[int]  # starts per bar of LATENESS_BARS (one more: the rest)
+    lateness_tasks: int  # the done tasks whose starts those are (the last RECENT)
     daemons: list[dict[str, Any]]
     paused: list[dict[str, Any]] = field(default_factory=list)
+    counts_age: float = 0.0  # s since the oldest check the pending counts rest on (livecounts)
 
 
-def gather(spool: Spool, now: int, local_host: str, queues: frozenset[str]) -> Picture:
-    """The picture as of now; queues (if any) keeps only those queues' tasks."""
-    report = stats.counted(spool, now)
+def gather(
+    spool: Spool,
+    now: int,
+    local_host: str,
+    queues: frozenset[str],
+    live: LiveCounts | None = None,
+) -> Picture:
+    """The picture as of now; queues (if any) keeps only those queues' tasks.
+
+    With live (a view redrawn again and again), the counts of future buckets
+    may rest on earlier checks: the picture's counts_age says how old.
+    """
+    buckets = walk.buckets(spool)
+    report = stats.counted(spool, now, live, buckets)
+    done = stats.recent_done(spool, RECENT)
     running = list(_running(spool, queues))
     return Picture(
         now=now,
         queues=_queues(report, queues),
         running=running[:MAX_RUNNING],
         running_total=len(running),
-        due=list(_due(spool, now, queues, ROWS)),
+        due=list(_due(spool, buckets, now, queues, ROWS)),
         overdue_total=sum(
             v["count"] for q, v in report["overdue"].items() if not queues or q in queues
         ),
         failures=_failures(spool, queues, FAILURES),
-        lateness=histogram(stats.recent_lateness(spool, RECENT)),
+        lateness=histogram(stats.lateness_of(spool, done)),
+        lateness_tasks=len(done),
         daemons=stats.daemons(spool, now, local_host),
         paused=[p.to_doc() for p in _paused(spool, now)],
+        counts_age=live.age if live is not None else 0.0,
     )
 
 
@@ -171,13 +192,13 @@ def _started(spool: Spool, name: TaskName) -> int | None:
     return None
 
 
-def _due(spool: Spool, now: int, queues: frozenset[str], rows: int) -> Iterator[Task]:
+def _due(
+    spool: Spool, buckets: list[str], now: int, queues: frozenset[str], rows: int
+) -> Iterator[Task]:
     """The next pending tasks due after now, in run_at order: the first buckets from now on."""
     now_compact, current = format_compact(now), bucket_of(now)
     left = rows
-    for bucket in fsutil.listdir(spool.pending):
-        if not valid_bucket(bucket) or bucket < current:
-            continue
+    for bucket in buckets[bisect.bisect_left(buckets, current) :]:
         directory = spool.bucket_dir(bucket)
         for entry in sorted(spool.readable_entries(directory)):
             if entry[:23] <= now_compact:

@@ -143,8 +143,17 @@ def _bucket_of_minute(minute: int) -> str:
 
 
 def valid_bucket(name: str) -> bool:
-    """Tell whether a directory name in pending/ is a bucket."""
+    """Tell whether a directory name in pending/ is a bucket: twelve ASCII digits."""
     return len(name) == 12 and name.isascii() and name.isdigit()  # no pattern: 43,200 a month
+
+
+# valid_bucket's rule over names joined by "/", which no name holds: one pass in C.
+_BUCKETS = Lazy(r"(?<![^/])[0-9]{12}(?![^/])")
+
+
+def valid_buckets(names: list[str]) -> list[str]:
+    """The names that are buckets (valid_bucket), in their order: a month's 43,200 at C speed."""
+    return _BUCKETS.compiled().findall("/".join(names))
 
 
 def bucket_start(name: str) -> int:

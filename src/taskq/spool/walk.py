@@ -12,6 +12,7 @@ the directories that are no bucket or day.
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
@@ -19,7 +20,7 @@ from typing import NamedTuple
 from taskq.spool import fsutil
 from taskq.spool.layout import Located, Spool, stray
 from taskq.spool.states import PHASE_OF, STATES, State
-from taskq.spool.task import ClaimName, TaskName, valid_bucket
+from taskq.spool.task import ClaimName, TaskName, valid_bucket, valid_buckets
 
 
 class Place(NamedTuple):
@@ -54,15 +55,15 @@ def places(
     reason, at the cost of an lstat per directory.
     """
     for state in states:
-        if state == State.PENDING:
+        if state == State.PENDING and bad is None:
+            for bucket in buckets(spool, window):
+                yield Place(state, spool.bucket_dir(bucket), True)
+        elif state == State.PENDING and bad is not None:
             for bucket in fsutil.listdir(spool.pending):
                 if stray(bucket) or not window.first_bucket <= bucket <= window.last_bucket:
                     continue
                 path = spool.bucket_dir(bucket)
-                sound = valid_bucket(bucket)
-                if bad is not None:
-                    sound = _judged(path, sound, bad, "a bucket")
-                if sound:
+                if _judged(path, valid_bucket(bucket), bad, "a bucket"):
                     yield Place(state, path, True)
         elif state == State.DONE:
             for day in fsutil.listdir(spool.done):
@@ -75,6 +76,14 @@ def places(
             yield Place(state, spool.claimed, False)
         else:
             yield Place(state, getattr(spool, state), False)
+
+
+def buckets(spool: Spool, window: Window = EVERYWHERE) -> list[str]:
+    """The names of pending/'s buckets in the window, sorted (as instants): one listing, no stat."""
+    names = fsutil.listdir(spool.pending)
+    first = bisect.bisect_left(names, window.first_bucket)
+    last = bisect.bisect_right(names, window.last_bucket, first)
+    return valid_buckets(names[first:last])
 
 
 def _judged(path: str, named_right: bool, bad: Callable[[str, str], None], what: str) -> bool:

@@ -51,8 +51,10 @@ def test_hostile_files_are_skipped_or_shown_escaped(tmp_path: Path) -> None:
     assert [t.id for t in picture.running] == [ID]
     assert picture.running[0].command is None and picture.running[0].started is None
     assert sum(picture.lateness) == 1  # NaN left out
+    assert picture.lateness_tasks == 1
     text = "\n".join(line for _, line, _ in lines(picture))
     assert "\x1b" not in text and "evil\\x1b[2J" in text
+    assert "LATENESS of the last 1 done tasks' starts (1)" in text
     assert "DAEMONS 1" in text and "worse" not in text
     assert "NOT running (stale record)" in text  # no lock held: dead, whatever it says
     assert "clock uncertainty ?s" in text  # none recorded

@@ -23,6 +23,8 @@ from taskq.spool.task import (
     check_id,
     layout,
     new_id,
+    valid_bucket,
+    valid_buckets,
     valid_id,
 )
 from taskq.times.timespec import MINUTE, SECOND
@@ -298,3 +300,9 @@ def test_priority_of_reads_the_key_line_as_layout_writes_it() -> None:
     by_hand = json.dumps(json.loads(body(priority=3).to_json()), indent=4).encode()
     assert priority_of(by_hand) == 3
     assert priority_of(b'{\n "priority": 99999,\n}') == 0
+
+
+@given(st.lists(st.text(st.sampled_from("0123456789x.\n٣"), max_size=14)))
+def test_valid_buckets_keeps_what_valid_bucket_keeps(names: list[str]) -> None:
+    names += ["202612011200", "2026120112001", ".202612011200"]
+    assert valid_buckets(names) == [n for n in names if valid_bucket(n)]
