@@ -191,12 +191,13 @@ def test_a_hundred_thousand_pending_and_sixteen_running(
     for task_id in running:
         tq.wait_state(task_id, ("running",), timeout=60)
     now = time.time()
-    # 5,000 overdue (the 16 workers are busy, so they stay so), 95,000 over the next days.
+    # 5,000 overdue (the 16 workers are busy, so they stay so), 95,000 over the next days,
+    # from an hour on: the submission may take many minutes on a loaded machine.
     lines = [
         json.dumps({"command": ["true"], "run_at": f"@{now - 3600 + n * 0.5:.3f}"})
         for n in range(5000)
     ] + [
-        json.dumps({"command": ["true"], "queue": f"q{n % 4}", "run_at": f"@{now + 600 + n * 3}"})
+        json.dumps({"command": ["true"], "queue": f"q{n % 4}", "run_at": f"@{now + 3600 + n * 3}"})
         for n in range(95_000)
     ]
     batch = tmp_path / "batch"
