@@ -55,7 +55,7 @@ def submit(
             existing = _bind_key(
                 spool, body.key, name, uid=_keyholder(body), policy=policy, now=body.submitted_at
             )
-            if existing is not None:
+            if existing is not None and existing.id != body.id:
                 os.unlink(tmp)
                 return existing, False
             bound = key_path(spool, body.key, _keyholder(body))
@@ -144,21 +144,27 @@ def _place(
 
 
 def _first_of_each_key(bodies: list[TaskBody]) -> tuple[list[int], dict[int, int]]:
-    """The lines to submit, and each line repeating an earlier line's key -> that line."""
-    first_of_key: dict[str, int] = {}
+    """The lines to submit, and each line repeating an earlier line's key -> that line.
+
+    A key is its submitter's: members' bodies filed together share none.
+    """
+    first_of_key: dict[tuple[int | None, str], int] = {}
     repeats: dict[int, int] = {}
     todo: list[int] = []
     for i, body in enumerate(bodies):
-        if body.key is not None and body.key in first_of_key:
-            repeats[i] = first_of_key[body.key]
+        key = None if body.key is None else (body.submitter, body.key)
+        if key is not None and key in first_of_key:
+            repeats[i] = first_of_key[key]
         else:
-            if body.key is not None:
-                first_of_key[body.key] = i
+            if key is not None:
+                first_of_key[key] = i
             todo.append(i)
     return todo, repeats
 
 
-def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, bool]]:
+def submit_batch(
+    spool: Spool, bodies: list[TaskBody], groups: list[int | None] | None = None
+) -> list[tuple[TaskName, bool]]:
     """Submit many tasks with group commit: three syncs for the whole batch.
 
     Bodies are written unsynced and made durable by one syncfs; keys are
@@ -166,7 +172,8 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
     then every body is renamed into its bucket and a last syncfs makes the
     renames durable. Nothing is acknowledged before that. On failure, what
     was published is withdrawn, with its key; a task a daemon has already
-    claimed cannot be withdrawn and keeps its key.
+    claimed cannot be withdrawn and keeps its key. groups: each task
+    file's group, as submit's group (the pickup filing members' tasks).
     """
     names = [TaskName(b.run_at, b.id, 1, b.queue) for b in bodies]
     results: list[tuple[TaskName, bool] | None] = [None] * len(bodies)
@@ -176,14 +183,15 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
     try:
         if any(b.priority for b in bodies):
             spool.mark_ranked()
-        _write_bodies(spool, [(tmps[i], bodies[i], names[i]) for i in todo])
+        mine = None if groups is None else [groups[i] for i in todo]
+        _write_bodies(spool, [(tmps[i], bodies[i], names[i]) for i in todo], mine)
         fsutil.syncfs(spool.root)
         crash_point("submit.written")
         keyed = [i for i in todo if bodies[i].key is not None]
         for i in keyed:
             uid = _keyholder(bodies[i])
             existing = _bind_key(spool, str(bodies[i].key), names[i], sync=False, uid=uid)
-            if existing is None:
+            if existing is None or existing.id == bodies[i].id:  # (ours, filed again)
                 bound[i] = key_path(spool, str(bodies[i].key), uid)
             else:
                 results[i] = (existing, False)
@@ -216,7 +224,9 @@ def submit_batch(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, b
 HINT_THREAD = 64  # a batch this long writes its hints on a thread of their own
 
 
-def _write_bodies(spool: Spool, todo: list[tuple[str, TaskBody, TaskName]]) -> None:
+def _write_bodies(
+    spool: Spool, todo: list[tuple[str, TaskBody, TaskName]], groups: list[int | None] | None
+) -> None:
     """Write a batch's bodies in tmp/ (unsynced), and the hints of those without a key.
 
     A hint is a file to create, as a body is, and creating files is most of
@@ -236,8 +246,13 @@ def _write_bodies(spool: Spool, todo: list[tuple[str, TaskBody, TaskName]]) -> N
         hinter = threading.Thread(target=_write_hints, args=(spool, unkeyed), name="taskq-hints")
         hinter.start()
     try:
-        for tmp, body, _ in todo:
-            fsutil.write_new(tmp, body.to_json(), sync=False)
+        if groups is None:
+            for tmp, body, _ in todo:
+                fsutil.write_new(tmp, body.to_json(), sync=False)
+        else:
+            for (tmp, body, _), group in zip(todo, groups, strict=True):
+                mode = 0o600 if group is None else 0o640
+                fsutil.write_new(tmp, body.to_json(), mode, sync=False, group=group)
     finally:
         if hinter is not None:
             hinter.join()

@@ -12,20 +12,21 @@ replies/ with the exit status the member's command exits with.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Any, NamedTuple
 
 from taskq import errors
 from taskq.client import operations
-from taskq.client.submit import submit
-from taskq.errors import CorruptFile, NotFound, TaskqError, TempFail
+from taskq.client.submit import submit, submit_batch
+from taskq.errors import CorruptFile, NotFound, TaskqError
 from taskq.spool import byid, drop, fsutil, hints, journal
 from taskq.spool import runas as security
 from taskq.spool.drop import DropName, Request
 from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
-from taskq.spool.task import TaskBody
+from taskq.spool.task import TaskBody, TaskName
 from taskq.times.timespec import format_iso
 
 NOTHING, FILED, CHANGED, LATER = "nothing", "filed", "changed", "later"
@@ -49,19 +50,31 @@ def refusal(message: str, status: int) -> dict[str, Any]:
     return {"status": status, "message": message}
 
 
+class Ready(NamedTuple):
+    """A submission checked whole and bound to its member, to be filed (alone or in a group)."""
+
+    name: DropName
+    body: TaskBody
+    uid: int
+    group: int | None  # the member's private group, which may read its files
+
+
 def handle(
     spool: Spool, name: DropName, data: bytes, uid: int, policy: security.UserRules, now: int
-) -> Answer:
-    """Do what one drop file asks; CorruptFile if it is not what its name says."""
+) -> Answer | Ready:
+    """Check one drop file, and carry a request out; CorruptFile if it is not what its name says.
+
+    A submission is only checked: the caller files it (file_one, file_group).
+    """
     if name.kind == drop.SUBMISSION:
-        return file_submission(spool, name, data, uid, policy, now)
+        return check_submission(spool, name, data, uid, policy)
     return carry_out(spool, drop.read_request(data, name.kind), uid)
 
 
-def file_submission(
-    spool: Spool, name: DropName, data: bytes, uid: int, policy: security.UserRules, now: int
-) -> Answer:
-    """File a member's submission as a task of the daemon's, the member its submitter."""
+def check_submission(
+    spool: Spool, name: DropName, data: bytes, uid: int, policy: security.UserRules
+) -> Answer | Ready:
+    """A member's submission, checked and bound to the member; or the answer that ends it."""
     nonce, body = drop.read_submission(data, name)
     if not drop.bound_to(body.id, nonce, uid):
         raise CorruptFile(f"task id {body.id} was not made for uid {uid}")
@@ -75,15 +88,43 @@ def file_submission(
     known = _filed_before(spool, body)
     if known is not None:
         return known
-    group = security.private_group(uid)
+    # A body in tmp/ under this id is what a daemon that died filing this
+    # very drop file left (only it makes this id): filed again from the start.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(spool.tmp_body(body.id))
+    return Ready(name, body, uid, security.private_group(uid))
+
+
+def file_one(spool: Spool, ready: Ready, now: int) -> Answer:
+    """File a checked submission as a task of the daemon's, the member its submitter."""
+    body = ready.body
     try:
-        filed, created = submit(spool, body, group=group)
+        filed, created = submit(spool, body, group=ready.group)
     except NotFound as e:  # an --after task that is gone, or not yet filed
         if any(drop.waiting(spool, DropName(dep, drop.SUBMISSION)) for dep in body.after):
             return Answer(DEFERRED, None)  # another daemon is filing it: the next pass
         return Answer(NOTHING, refusal(f"refused: {e}", e.exit_status), refused=True)
-    except TempFail as e:
+    except TaskqError as e:  # the spool's trouble, not the file's (its checks are passed)
         raise Later(str(e)) from None
+    return _filed(spool, ready, filed, created, now)
+
+
+def file_group(spool: Spool, group: list[Ready], now: int) -> list[Answer]:
+    """File checked submissions (none with --after) under one sync barrier: submit_batch's.
+
+    Later if the spool cannot take them now: none is filed, and each is
+    tried again. Anything else: the caller files each alone (file_one).
+    """
+    try:
+        results = submit_batch(spool, [r.body for r in group], [r.group for r in group])
+    except TaskqError as e:
+        raise Later(str(e)) from None
+    return [_filed(spool, r, n, new, now) for r, (n, new) in zip(group, results, strict=True)]
+
+
+def _filed(spool: Spool, ready: Ready, filed: TaskName, created: bool, now: int) -> Answer:
+    """The answer for a submission filed (or answered by its key's first task); journalled."""
+    body = ready.body
     if not created:
         doc = {"status": 0, "id": filed.id, "created": False, "key": body.key}
         doc["message"] = f"key {body.key} names task {filed.id}, submitted first"
@@ -92,9 +133,9 @@ def file_submission(
         spool.log_dir(body.id),
         Event.FILED,
         now,
-        group,
+        ready.group,
         attempt=1,
-        uid=uid,
+        uid=ready.uid,
         via="drop",
         daemon_pid=os.getpid(),
     )

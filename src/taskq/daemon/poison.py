@@ -2,7 +2,8 @@
 
 While the daemon handles one file (prepares a claim, starts it, settles
 its end, takes a claim over, expires a paused task, materialises a
-schedule, resolves a waiting task), anything unexpected that escapes is
+schedule, resolves a waiting task, takes a member's drop file in),
+anything unexpected that escapes is
 caught here: that file is quarantined in corrupt/ with the exception named
 in its reason, the daemon logs one line, and the loop goes on. A transient
 failure of the spool or the host (disk full, I/O error, no memory or no
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from taskq.errors import BadInput, CorruptFile, NotFound
-from taskq.spool import byid, fields, fsutil
+from taskq.spool import byid, drop, fields, fsutil
 from taskq.spool import rundir as status
 from taskq.spool.layout import HANDLING, SUSPECTS, Spool, daemon_file
 from taskq.spool.states import END_STATES
@@ -66,6 +67,14 @@ class PoisonGuard:
         self.suspects: dict[str, str] = {}  # "KIND KEY" -> the step a daemon died in
         self._fd = -1
         self._slots = [Handling(self, LOOP), Handling(self, RESOLVER)]
+        self._aside: dict[str, Callable[[str, str], None]] = {}
+
+    def sets_aside(self, kind: str, how: Callable[[str, str], None]) -> None:
+        """Have the files of one kind quarantined by how(path, reason), which logs it.
+
+        The pickup's own way also answers the member whose drop file it was.
+        """
+        self._aside[kind] = how
 
     # -- start-up ----------------------------------------------------------
 
@@ -143,7 +152,9 @@ class PoisonGuard:
         """A context for handling one file: marked, and quarantined if anything escapes.
 
         kind is "task" (key: its id; path: where it is now), "schedule"
-        (key: its name) or "file" (key: its path in the spool).
+        (key: its name), "drop" (key: a drop file's name, which its claim
+        in pickup/ keeps whichever daemon holds it) or "file" (key: its
+        path in the spool).
         """
         return self._slots[slot].begin(kind, key, path, step)
 
@@ -174,7 +185,10 @@ class PoisonGuard:
         if target is None:
             log.warning("%s: %s; it has moved on, and is left where it is", key, reason)
             return
-        if self.spool.quarantine(target, reason, self.now()):
+        how = self._aside.get(key.partition(" ")[0])
+        if how is not None:
+            how(target, reason)  # (which logs what it did)
+        elif self.spool.quarantine(target, reason, self.now()):
             log.warning("quarantined %s: %s", os.path.relpath(target, self.spool.root), reason)
         self.suspects.pop(key, None)
 
@@ -190,6 +204,10 @@ class PoisonGuard:
             return os.path.join(self.spool.schedules, name, "schedule.json")
         if kind == "file":
             return os.path.join(self.spool.root, name)
+        if kind == "drop":
+            prefix = f"{name}_"  # its claim, under whichever daemon's name
+            held = [e for e in fsutil.listdir(self.spool.pickup) if e.startswith(prefix)]
+            return self.spool.pickup_path(held[0]) if held else None
         try:
             found = byid.locate(self.spool, name)
         except (NotFound, BadInput):
@@ -259,4 +277,6 @@ def _key_ok(key: str) -> bool:
         return bool(name) and "/" not in name and not name.startswith(".")
     if kind == "file":
         return bool(name) and ".." not in name.split("/") and not name.startswith("/")
+    if kind == "drop":
+        return drop.parse_name(name) is not None
     return False

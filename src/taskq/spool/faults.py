@@ -8,7 +8,8 @@ no accepted task is lost, none starts early, and every repeat is recorded.
 
 With TASKQ_CRASH_SIGNAL=STOP the process stops itself there instead
 (SIGSTOP), so a test can change the spool under it, as a racing daemon
-would, and then let it go on with SIGCONT.
+would, and then let it go on with SIGCONT. With TASKQ_CRASH_SIGNAL=RAISE
+it raises Injected there, as a bug in the code handling a file would.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ POINTS = (
     "daemon.taken-over",  # another owner's claim is ours, not yet settled
     "daemon.released",  # a claim released to pending, not yet committed
     "daemon.quarantined",  # a bad file moved to corrupt/, its reason not yet written
+    "pickup.read",  # a claimed drop file is read (in the poison guard's handling), nothing filed
     "cancel.renamed",  # the task is cancelled (or cancelling), not yet synced
     "reschedule.recorded",  # the new schedule is journalled, the task not yet moved
     "reschedule.moved",  # the task is in its new bucket; its ids/ hint still names the old
@@ -46,7 +48,7 @@ POINTS = (
 
 
 def crash_point(name: str) -> None:
-    """Die here, with SIGKILL (or stop, with SIGSTOP), if the tests asked for this point."""
+    """Die here with SIGKILL (or stop, or raise: see above) if the tests asked for this point."""
     global _seen
     if _SPEC is None or name != _NAME:
         return
@@ -54,5 +56,11 @@ def crash_point(name: str) -> None:
     if _seen == _WHEN:
         import signal  # only here: off submit's import budget (tests/e2e/test_submit.py)
 
-        stop = os.environ.get("TASKQ_CRASH_SIGNAL") == "STOP"
-        os.kill(os.getpid(), signal.SIGSTOP if stop else signal.SIGKILL)
+        how = os.environ.get("TASKQ_CRASH_SIGNAL")
+        if how == "RAISE":
+            raise Injected(f"injected at {name}")
+        os.kill(os.getpid(), signal.SIGSTOP if how == "STOP" else signal.SIGKILL)
+
+
+class Injected(Exception):
+    """What a crash point raises with TASKQ_CRASH_SIGNAL=RAISE: an unexpected error."""
