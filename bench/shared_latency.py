@@ -23,6 +23,13 @@ had finished exiting (the interpreter's teardown).
 
 Prints p50, p99 and max of both, per spool. The taskq run is the one of
 this interpreter (`python -m taskq`); use a non-editable install.
+
+    sudo python bench/shared_latency.py --batch N [-n RUNS]
+
+instead submits one `submit --batch` of N lines (`true`, in an hour) to
+each spool, RUNS times, and prints how long the command took and, for
+the member's, how long from its exit until the daemon had filed every
+line (drop/ and pickup/ empty): the pickup's part of a member's batch.
 """
 
 from __future__ import annotations
@@ -71,6 +78,19 @@ class Spool:
         self.samples["submit"].append(returned - began)
         return out.stdout.decode().strip(), returned
 
+    def batch(self, lines: int) -> tuple[float, float]:
+        """One submit --batch of `lines` lines: (its wall time, its end until all are filed)."""
+        argv = self.as_submitter("submit", "--cwd", "/", "--in", "1h", "--batch", "-")
+        data = b'{"argv": ["true"]}\n' * lines
+        began = time.time()
+        subprocess.run(argv, env=self.env, input=data, check=True, capture_output=True, cwd="/")
+        returned = time.time()
+        while any(
+            os.listdir(self.root / d) for d in ("drop", "pickup") if (self.root / d).exists()
+        ):
+            time.sleep(0.005)
+        return returned - began, time.time() - returned
+
     def start_of(self, task_id: str, timeout: float = 30) -> dict[str, dict[str, object]]:
         deadline = time.time() + timeout
         while True:
@@ -104,6 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=50, help="tasks per spool")
     parser.add_argument("--interval", type=float, default=0.2, help="pause between submits")
+    parser.add_argument("--batch", type=int, help="lines of one submit --batch, instead")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root: it makes a throwaway user")
@@ -123,6 +144,15 @@ def main() -> None:
             capture_output=True,
         )
         daemons = [private.daemon(top / "private.log"), shared.daemon(top / "shared.log")]
+        if args.batch:
+            for _ in range(args.n):
+                for name, spool in (("private spool, root", private), ("shared, member", shared)):
+                    took, filed = spool.batch(args.batch)
+                    print(
+                        f"{name:22} --batch of {args.batch}: submit {took:6.2f} s"
+                        f"  then filed in {filed:6.2f} s"
+                    )
+            return
         for _ in range(args.n):
             for spool in (private, shared):
                 task_id, returned = spool.submit()
