@@ -81,7 +81,7 @@ class Spool:
     def batch(self, lines: int) -> tuple[float, float]:
         """One submit --batch of `lines` lines: (its wall time, its end until all are filed)."""
         argv = self.as_submitter("submit", "--cwd", "/", "--in", "1h", "--batch", "-")
-        data = b'{"argv": ["true"]}\n' * lines
+        data = b'{"command": ["true"]}\n' * lines
         began = time.time()
         subprocess.run(argv, env=self.env, input=data, check=True, capture_output=True, cwd="/")
         returned = time.time()
