@@ -20,7 +20,7 @@ from taskq.daemon.pickup import Pickup
 from taskq.daemon.poison import PoisonGuard
 from taskq.daemon.policy import Backoff
 from taskq.daemon.settle import Settler
-from taskq.spool import drop, walk
+from taskq.spool import drop, fsutil, walk
 from taskq.spool import runas as security
 from taskq.spool.drop import Claimed, DropName, Request
 from taskq.spool.layout import DROP_DIRS, Spool
@@ -157,3 +157,30 @@ def test_a_request_for_no_task_costs_no_search(bed: Bed, monkeypatch: pytest.Mon
     bed.pickup.run(bed.wall)
     answer = bed.answer(f"{asked}.cancel")
     assert answer["status"] == 3 and "no task" in str(answer["message"])
+
+
+def test_a_pass_files_its_submissions_together(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One sync barrier for the pass (submit_batch's syncs), not one submit's fsyncs each; and
+    one key of two members is two keys."""
+    syncs: list[str] = []
+
+    def counted(name: str) -> None:
+        real = getattr(fsutil, name)
+
+        def sync(path: str) -> None:
+            syncs.append(name)
+            real(path)
+
+        monkeypatch.setattr(fsutil, name, sync)
+
+    counted("syncfs")
+    counted("fsync_dir")
+    mine = [bed.drop_task(key="k")] + [bed.drop_task() for _ in range(4)]
+    nobody = 65534
+    task_id, nonce = drop.member_id(nobody, bed.wall)
+    body = TaskBody(id=task_id, argv=["true"], run_at=bed.wall, submitted_at=bed.wall, key="k")
+    bed.put(f"{task_id}.task", drop.encode_submission(nonce, body))
+    os.chown(f"{bed.spool.drop}/{task_id}.task", nobody, -1)
+    assert bed.pickup.run(bed.wall).filed == 6
+    assert sorted(e.split("_")[1] for e in bed.pending()) == sorted([*mine, task_id])
+    assert syncs.count("syncfs") == 3 and syncs.count("fsync_dir") <= 2, syncs
