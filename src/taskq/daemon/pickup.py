@@ -188,8 +188,8 @@ class Pickup(Part):
     def _flush(self, now: int) -> list[str]:
         """File the group's submissions together; their outcomes."""
         group, self._group = self._group, []
-        if not group:
-            return []
+        if len(group) < 2:  # one alone: a submit's fsyncs, not syncfs, which flushes everyone's
+            return [self._file_alone(*group[0], now)] if group else []
         try:
             answers = intake.file_group(self.spool, [ready for _, _, ready in group], now)
         except intake.Later as e:
