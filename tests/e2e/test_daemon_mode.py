@@ -29,7 +29,7 @@ def test_detach_pidfile_and_sighup(tq: Taskq, tmp_path: Path) -> None:
     args = ["daemon", "--detach", "--pidfile", str(pidfile), "--log-file", str(log)]
     first = tq.run(*args)
     assert first.stdout == b"" and first.stderr == b""  # the foreground part returns at once
-    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, "the pidfile"))
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 60, "the pidfile"))
     try:
         assert alive(pid) and os.getsid(pid) != os.getsid(0)  # detached into its own session
         second = tq.run(*args, check=False)
@@ -44,12 +44,12 @@ def test_detach_pidfile_and_sighup(tq: Taskq, tmp_path: Path) -> None:
         os.kill(pid, signal.SIGHUP)
         later = tq.submit("--", "true")
         tq.wait_state(later, ("done",))
-        wait_for(lambda: log.exists() and f"ended {later}" in log.read_text(), 10, "the new log")
+        wait_for(lambda: log.exists() and f"ended {later}" in log.read_text(), 60, "the new log")
         assert "SIGHUP: reopened the log file" in log.read_text()
         assert f"started {task_id}" in (tmp_path / "taskq.log.1").read_text()
     finally:
         os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not alive(pid), 10, "the daemon to exit")
+    wait_for(lambda: not alive(pid), 60, "the daemon to exit")
     assert not pidfile.exists()
 
 
@@ -59,7 +59,7 @@ def test_foreground_pidfile_refuses_a_second_daemon(
 ) -> None:
     pidfile = tmp_path / "taskq.pid"
     first = start_daemon("--pidfile", str(pidfile))
-    wait_for(lambda: pidfile.exists(), 10, "the pidfile")
+    wait_for(lambda: pidfile.exists(), 60, "the pidfile")
     assert int(pidfile.read_text()) == first.proc.pid
     second = tq.run("daemon", "--pidfile", str(pidfile), check=False)
     assert second.returncode == 4 and b"holds the pidfile" in second.stderr
@@ -77,10 +77,10 @@ def test_journal_stream_gets_priority_prefixes(tq: Taskq, tmp_path: Path) -> Non
         }
         proc = subprocess.Popen([*TASKQ, "daemon"], stderr=f, env=env)
         try:
-            wait_for(lambda: b"started on" in err.read_bytes(), 10, "the daemon to start")
+            wait_for(lambda: b"started on" in err.read_bytes(), 60, "the daemon to start")
         finally:
             proc.terminate()
-            proc.wait(10)
+            proc.wait(60)
     lines = err.read_text().splitlines()
     assert lines[0].startswith("<6>taskq daemon ") and all(x.startswith("<") for x in lines)
 

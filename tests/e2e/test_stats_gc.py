@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,10 +16,13 @@ StartDaemon = Callable[..., Daemon]
 
 @pytest.mark.slow
 def test_stats_counts_backlog_lateness_and_daemons(tq: Taskq, start_daemon: StartDaemon) -> None:
+    began = time.time()
     ran = [tq.submit("--queue", "mail", "--", "true") for _ in range(3)]
     daemon = start_daemon()
     for task_id in ran:
         tq.wait_state(task_id, ("done",))
+    # a start's lateness is at most the time from its submission (its run_at) to its end
+    ran_for = time.time() - began
     daemon.stop()
     tq.submit("--at", "2001-01-01T00:00:00Z", "--queue", "mail", "--", "true")
     tq.submit("--at", "2002-01-01T00:00:00Z", "--queue", "web", "--", "true")
@@ -30,7 +34,7 @@ def test_stats_counts_backlog_lateness_and_daemons(tq: Taskq, start_daemon: Star
     assert doc["overdue_total"] == 2
     assert doc["overdue"]["mail"]["oldest_run_at"] == "2001-01-01T00:00:00.000000Z"
     assert doc["oldest_overdue_age"] > 25 * 365 * 86400
-    assert doc["lateness"]["attempts"] == 3 and 0 <= doc["lateness"]["p50"] < 5
+    assert doc["lateness"]["attempts"] == 3 and 0 <= doc["lateness"]["p50"] <= ran_for
     text = tq.run("stats").stdout.decode()
     assert "overdue: 2 (mail 1, web 1)" in text and "lateness of the last 3 attempts" in text
     assert text.splitlines()[0].split() == ["STATE", "TOTAL", "mail", "web"]
