@@ -91,8 +91,8 @@ def parse(data: bytes | Iterable[bytes], defaults: Request, now: int) -> list[Ta
 
 def _object(line: bytes) -> dict[str, Any]:
     doc = fields.document(line)
-    unknown = sorted(set(doc) - FIELDS)
-    if unknown:
+    if not FIELDS.issuperset(doc):
+        unknown = sorted(set(doc) - FIELDS)
         raise BadInput(f"unknown field {repr(unknown[0])[:80]}")
     if _may_repeat(line, doc):
         json.loads(line, object_pairs_hook=_once)  # BadInput at a repeated field
@@ -108,9 +108,16 @@ def _may_repeat(line: bytes, doc: dict[str, Any]) -> bool:
     """
     if b"\\" in line:
         return True
+    for name in doc:
+        if line.count(_QUOTED[name]) > 1:
+            return True
     env = doc.get("env")
-    names = [*doc, *(env if isinstance(env, dict) else ())]
-    return any(line.count(f'"{name}"'.encode()) > 1 for name in names)
+    if type(env) is dict:
+        return any(line.count(f'"{name}"'.encode()) > 1 for name in env)
+    return False
+
+
+_QUOTED = {name: f'"{name}"'.encode() for name in FIELDS}
 
 
 def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -51,12 +51,20 @@ def body(
     # Shallow, and the env shared, not copied: a body is never modified,
     # and a batch's bodies that share one env have it checked and encoded
     # once (memo.LastOf; python bench/run.py --only submit, --batch rows).
-    fields = {name: getattr(request, name) for name in REQUESTED}
-    if changes:
-        fields.update(changes)
-    made = TaskBody(id=new_id(now), argv=list(argv), submitted_at=now, **fields)
+    values = {**_requested(request), **changes} if changes else dict(_requested(request))
+    values["id"] = new_id(now)
+    values["argv"] = list(argv)
+    values["submitted_at"] = now
+    made = TaskBody.of(values)
     accepted(made)
     return made
+
+
+def _requested_fields(request: Request) -> dict[str, Any]:
+    return {name: getattr(request, name) for name in REQUESTED}
+
+
+_requested = LastOf(_requested_fields)  # a batch's lines share one request: read once
 
 
 def accepted(body: TaskBody) -> bytes:

@@ -58,6 +58,10 @@ def _refuse_constant(name: str) -> Any:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+# JSONDecoder.decode's own steps (its C scanner, then the check for trailing
+# text), without its two Python calls: a batch decodes one document a line.
+_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]
+_SPACE = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
 
 
 def document(data: bytes | str) -> dict[str, Any]:
@@ -68,7 +72,13 @@ def document(data: bytes | str) -> dict[str, Any]:
     """
     try:
         text = data.decode() if isinstance(data, bytes) else data
-        doc = _DECODER.decode(text)
+        try:
+            doc, end = _SCAN(text, _SPACE(text, 0).end())
+        except StopIteration as e:
+            raise json.JSONDecodeError("Expecting value", text, e.value) from None
+        end = _SPACE(text, end).end()
+        if end != len(text):
+            raise json.JSONDecodeError("Extra data", text, end)
     except RecursionError:
         raise BadInput("JSON nested too deeply") from None
     except ValueError as e:  # UnicodeDecodeError and JSONDecodeError among them

@@ -195,9 +195,11 @@ def write_new(
             os.fchmod(fd, mode)  # (chown drops setgid and the like; mode is what was asked)
         elif exact_mode:
             os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        written = os.write(fd, data)  # all of it, but for a signal or a full disk
+        if written < len(data):
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view) :]
         if sync:
             os.fsync(fd)
     except BaseException:

@@ -76,19 +76,41 @@ def _base64() -> Any:
 def new_id(now_us: int) -> str:
     """Make a ULID-style id: 48 bits of milliseconds, 80 random bits, base32.
 
-    Ids made by one process only ever increase (within a millisecond the
-    previous one plus one), so the tasks of a batch keep their input order.
+    Ids made by one process only ever increase: within a millisecond (or
+    after the clock stepped back) an id is the previous one plus one, so
+    the tasks of a batch keep their input order and draw no randomness but
+    the first's.
     """
     global _last_id
-    value = ((now_us // 1000) << 80) | int.from_bytes(os.urandom(10), "big")
-    value = max(value, _last_id + 1)
+    ms = now_us // 1000
+    if ms <= _last_id >> 80:
+        value = _last_id + 1
+    else:
+        value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
     _last_id = value
     return encode_id(value)
 
 
 def encode_id(value: int) -> str:
     """The 26 characters of an id's 128 bits (48 of milliseconds, 80 more)."""
-    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(120, -1, -10)])
+    p = _PAIRS
+    return (
+        _time_digits(value >> 80)
+        + p[(value >> 70) & 1023]
+        + p[(value >> 60) & 1023]
+        + p[(value >> 50) & 1023]
+        + p[(value >> 40) & 1023]
+        + p[(value >> 30) & 1023]
+        + p[(value >> 20) & 1023]
+        + p[(value >> 10) & 1023]
+        + p[value & 1023]
+    )
+
+
+@functools.lru_cache(maxsize=64)  # a batch's ids share their milliseconds
+def _time_digits(ms: int) -> str:
+    """The first ten characters of an id: its 48 bits of milliseconds."""
+    return "".join([_PAIRS[(ms >> shift) & 1023] for shift in range(40, -1, -10)])
 
 
 def decode_id(task_id: str) -> int:
@@ -229,7 +251,12 @@ class TaskName(_Name):
     queue: str
 
     def __init__(self, run_at: int, id: str, attempt: int, queue: str = DEFAULT_QUEUE) -> None:
-        self._set(run_at=run_at, id=id, attempt=attempt, queue=queue)
+        put = object.__setattr__  # not _set(**fields): a batch and a rescan make thousands
+        put(self, "run_at", run_at)
+        put(self, "id", id)
+        put(self, "attempt", attempt)
+        put(self, "queue", queue)
+        put(self, "_text", None)
 
     def _key(self) -> tuple[int, str, int, str]:
         return (self.run_at, self.id, self.attempt, self.queue)
@@ -325,8 +352,13 @@ def layout(doc: dict[str, Any]) -> bytes:
     (listing.command_of relies on it); a list's or object's members take a
     line each, indented by two.
     """
-    parts = [f"{_STR(key)}: {_value(value)}" for key, value in doc.items()]
+    parts = [_part(key, value) for key, value in doc.items()]
     return ("{\n " + ",\n ".join(parts) + "\n}\n").encode() if parts else b"{}\n"
+
+
+def _part(key: str, value: Any) -> str:
+    """One top-level member of layout()'s text, without its separator."""
+    return f"{_STR(key)}: {_value(value)}"
 
 
 _PRIORITY_KEY = b'\n "priority": '
@@ -430,6 +462,21 @@ class TaskBody(Request):
     argv: list[str]
     submitted_at: int
 
+    @classmethod
+    def of(cls, values: dict[str, Any]) -> TaskBody:
+        """The body with these values, one for each field: as __init__ makes it, only faster.
+
+        A batch makes thousands of bodies; the frozen dataclass's __init__
+        sets each of its twenty fields by object.__setattr__ (python
+        bench/profile_batch.py). There is no __post_init__ to skip.
+        """
+        if values.keys() != _BODY_FIELDS:
+            missing = sorted(_BODY_FIELDS - values.keys()) or sorted(values.keys() - _BODY_FIELDS)
+            raise TypeError(f"TaskBody.of: not one value for each field ({missing[0]})")
+        made = object.__new__(cls)
+        made.__dict__.update(values)
+        return made
+
     def to_json(self) -> bytes:
         """Serialise to the on-disk JSON form (documented in taskq-spool(5)), once.
 
@@ -443,6 +490,21 @@ class TaskBody(Request):
         return data
 
     def _encode(self) -> bytes:
+        """layout(self.document()), with the members a batch's bodies share laid out once."""
+        d = self.__dict__
+        if d["stdin"] is not None or d["after"] or d["limits"] is not None:  # rare: laid out whole
+            return layout(self.document())
+        head, tail = _shared_parts(self)
+        # The instants' text is digits and -:.TZ, which JSON takes as they are.
+        return (
+            f'{{\n "version": {FORMAT_VERSION},\n "id": {_STR(d["id"])},\n'
+            f' "argv": {_value(d["argv"])},\n {head},\n'
+            f' "run_at": "{format_iso(d["run_at"])}",\n'
+            f' "submitted_at": "{format_iso(d["submitted_at"])}",\n {tail}\n}}\n'
+        ).encode()
+
+    def document(self) -> dict[str, Any]:
+        """The body as its file's JSON object: every member, in the order of the file."""
         doc: dict[str, Any] = {
             "version": FORMAT_VERSION,
             "id": self.id,
@@ -473,7 +535,7 @@ class TaskBody(Request):
             doc["priority"] = self.priority
         if self.limits is not None:
             doc["limits"] = self.limits.to_doc()
-        return layout(doc)
+        return doc
 
     @classmethod
     def from_json(cls, data: bytes) -> TaskBody:
@@ -531,6 +593,38 @@ class TaskBody(Request):
             priority=fields.whole("priority", get("priority", 0), -MAX_PRIORITY, MAX_PRIORITY),
             limits=resources.from_body(get("limits")),
         )
+
+
+_BODY_FIELDS = frozenset(f.name for f in dataclasses.fields(TaskBody))
+_OWN = ("version", "id", "argv", "run_at", "submitted_at")  # each body's own members
+# The members a body takes from its request, laid out, by their values (the
+# environment by identity: shared, never modified); a batch's bodies share them.
+_SHARED: dict[tuple[Any, ...], tuple[str, str, object]] = {}
+
+
+def _shared_parts(body: TaskBody) -> tuple[str, str]:
+    """The members of body's file other than its own (_OWN): those before run_at, those after.
+
+    Only for a body without stdin, after or limits, whose members are
+    scalars and its env. Types are in the key where equal values lay out differently
+    (True and 1).
+    """
+    d = body.__dict__
+    key: tuple[Any, ...] = (d["cwd"], id(d["env"]), d["queue"], d["key"], d["max_attempts"])
+    key += (d["timeout"], d["expires"], d["umask"], d["env_recorded"], d["mail"], d["mutex"])
+    key += (d["submitter"], d["priority"], type(d["max_attempts"]), type(d["env_recorded"]))
+    key += (type(d["submitter"]), type(d["priority"]))
+    hit = _SHARED.get(key)
+    if hit is None:
+        doc = body.document()
+        before = list(doc).index("run_at")
+        parts = [(i < before, _part(k, v)) for i, (k, v) in enumerate(doc.items()) if k not in _OWN]
+        head = ",\n ".join(p for early, p in parts if early)
+        tail = ",\n ".join(p for early, p in parts if not early)
+        if len(_SHARED) >= 64:
+            _SHARED.clear()
+        hit = _SHARED[key] = (head, tail, d["env"])  # the env kept: its id is not reused
+    return hit[0], hit[1]
 
 
 def _recorded(value: object) -> bool:

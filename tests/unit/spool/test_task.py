@@ -175,6 +175,53 @@ def test_a_bodys_file_is_its_indent_one_json(body: TaskBody) -> None:
     assert body.to_json() is data  # encoded once
 
 
+SHARED_ENVS: tuple[dict[str, str], ...] = (
+    {},
+    {"PATH": "/bin"},
+    {"PATH": "/usr/bin:/bin", "HOME": "/root", "Q": 'a"\\b\n'},
+)
+batch_bodies = st.builds(  # cheap to draw: a loaded machine fails a slow strategy's health check
+    TaskBody,
+    id=st.just("01M8S9M6EHFXMCZZ8KQDS58W3Y"),
+    argv=st.sampled_from([["true"], ["sh", "-c", 'echo "\u00e9"\n']]),
+    run_at=instants,
+    submitted_at=instants,
+    cwd=st.sampled_from(["/", "/tmp", '/d\u00e9j\u00e0 "vu"']),
+    env=st.sampled_from(SHARED_ENVS) | st.builds(dict, st.just({"A": "1"})),
+    queue=st.sampled_from(["default", "q.1"]),
+    key=st.none() | st.sampled_from(["k", "\u2028"]),
+    max_attempts=st.sampled_from([1, 3, True]),  # True: laid out as true, not as 1
+    timeout=st.none() | st.sampled_from([1, 10**6, 1.5]),
+    expires=st.none() | st.sampled_from([10**6]),
+    stdin=st.none() | st.just(b"\x00x"),
+    umask=st.none() | st.sampled_from([0o022, 0o077]),
+    env_recorded=st.booleans(),
+    after=st.sampled_from([[], ["0" * 26]]),
+    after_any=st.booleans(),
+    mail=st.none() | st.sampled_from(["always"]),
+    mutex=st.none() | st.sampled_from(["m"]),
+    submitter=st.none() | st.sampled_from([0, 1000, False]),
+    priority=st.sampled_from([0, 1, -5, True]),
+)
+
+
+@given(st.lists(batch_bodies, min_size=1, max_size=6))
+def test_a_bodys_file_is_the_layout_of_its_document(bodies: list[TaskBody]) -> None:
+    """Members that bodies share are laid out once (by value, env by identity): the same bytes."""
+    for body in bodies:
+        assert body.to_json() == layout(body.document())
+
+
+def test_a_body_is_made_of_all_its_fields_or_refused() -> None:
+    body = TaskBody(id=new_id(0), argv=["true"], run_at=0, submitted_at=0, priority=3)
+    values = {k: v for k, v in body.__dict__.items() if k != "_file"}
+    assert TaskBody.of(values) == body
+    with pytest.raises(TypeError, match="priority"):
+        TaskBody.of({k: v for k, v in values.items() if k != "priority"})
+    with pytest.raises(TypeError, match="colour"):
+        TaskBody.of({**values, "colour": "red"})
+
+
 @given(st.binary(max_size=200))
 def test_garbage_bodies_are_corrupt_not_crashes(data: bytes) -> None:
     try:
