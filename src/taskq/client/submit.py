@@ -259,8 +259,7 @@ def _write_bodies(
 
 
 def _write_hints(spool: Spool, names: list[TaskName]) -> None:
-    for name in names:
-        hints.point_name(spool, name)  # never fails
+    hints.point_names(spool, names)  # never fails
 
 
 def _keyholder(body: TaskBody) -> int:

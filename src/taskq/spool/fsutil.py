@@ -173,6 +173,9 @@ def syncfs_fd(fd: int, what: str) -> None:
         raise OSError(err, os.strerror(err), what)
 
 
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def write_new(
     path: str,
     data: bytes,
@@ -188,7 +191,7 @@ def write_new(
     An owner or group given is set on the new file's descriptor before it
     holds anything (a root daemon's file for one member to read).
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    fd = os.open(path, _NEW, mode)
     try:
         if owner is not None or group is not None:
             os.fchown(fd, -1 if owner is None else owner, -1 if group is None else group)

@@ -57,7 +57,7 @@ def point_name(spool: Spool, name: TaskName) -> None:
     the old target or the new one, never none.
     """
     directory = spool.hint_dir(name.id)
-    link = spool.hint_path(name.id)
+    link = f"{directory}/{name.id}"
     target = f"{format_compact(name.run_at)}_{name.attempt}_{name.queue}"
     with contextlib.suppress(OSError, TaskqError):
         for _ in range(2):
@@ -70,6 +70,22 @@ def point_name(spool: Spool, name: TaskName) -> None:
             except FileNotFoundError:
                 fsutil.ensure_dir(spool.ids)
                 fsutil.ensure_dir(directory)
+
+
+def point_names(spool: Spool, names: list[TaskName]) -> None:
+    """point_name for each of a batch's new tasks: best effort, never synced, never fails.
+
+    The common case, a new link in a directory that exists, costs one
+    symlink(); the target is cut from the name's text (RUN_AT_ID_ATTEMPT_QUEUE),
+    which the batch formats anyway to publish the task.
+    """
+    hint_path = spool.hint_path
+    for name in names:
+        run_at, _, rest = str(name).partition("_")
+        try:
+            os.symlink(run_at + rest[len(name.id) :], hint_path(name.id))
+        except OSError:
+            point_name(spool, name)  # a directory to make, an old link to replace
 
 
 def _replace(directory: str, task_id: str, target: str) -> None:
