@@ -82,10 +82,17 @@ def point_names(spool: Spool, names: list[TaskName]) -> None:
     hint_path = spool.hint_path
     for name in names:
         run_at, _, rest = str(name).partition("_")
+        target, link = run_at + rest[len(name.id) :], hint_path(name.id)
         try:
-            os.symlink(run_at + rest[len(name.id) :], hint_path(name.id))
+            os.symlink(target, link)
+        except FileNotFoundError:  # the first hint of its directory: ids/ is there already
+            try:
+                fsutil.ensure_dir(spool.hint_dir(name.id))
+                os.symlink(target, link)
+            except (OSError, TaskqError):
+                point_name(spool, name)
         except OSError:
-            point_name(spool, name)  # a directory to make, an old link to replace
+            point_name(spool, name)  # an old link to replace
 
 
 def _replace(directory: str, task_id: str, target: str) -> None:
