@@ -363,6 +363,10 @@ def run_commands(run: Run, commands: list[list[str]]) -> None:
         no_traceback(run.tq.run(*command, check=False), " ".join(command))
 
 
+def reason_of(entry: Path) -> Path:
+    return entry if entry.name.endswith(".reason") else Path(f"{entry}.reason")
+
+
 def check_example(run: Run, planted: list[tuple[Path, Drop]]) -> None:
     assert run.daemon is not None
     wait_for(
@@ -375,9 +379,11 @@ def check_example(run: Run, planted: list[tuple[Path, Drop]]) -> None:
     wait_for(lambda: not left_in_place(run, DAEMON_READS), 30, "the daemon to quarantine")
     assert run.daemon.proc.poll() is None, run.daemon.text()
     corrupt = run.tq.spool / "corrupt"
+    # A file is moved into corrupt/ first and its reason written after.
+    wait_for(lambda: all(reason_of(e).exists() for e in corrupt.iterdir()), 30, "the reasons")
     for entry in corrupt.iterdir():
-        reason = entry if entry.name.endswith(".reason") else Path(f"{entry}.reason")
-        assert reason.read_text().count("\n") == 1 and reason.read_text().strip(), entry
+        text = reason_of(entry).read_text()
+        assert text.count("\n") == 1 and text.strip(), entry
     commands = list(operator_commands(run))
     run_commands(run, commands[run.n % 4 :: 5][:3])  # a few, different ones each time
 

@@ -403,7 +403,12 @@ class Spool:
             crash_point("daemon.quarantined")
             # One line, whatever the name or the reason held.
             line = quote(f"{os.path.relpath(path, self.root)}: {reason}")
-            fsutil.write_new(reason_path(dest), f"{line}\n".encode(), sync=False)
+            # Written whole: a reader of corrupt/ never sees it empty. Staged in
+            # tmp/, whose leftovers are cleaned, not in corrupt/, which is listed.
+            staging = f"{self.tmp}/.reason.{os.getpid()}.{os.urandom(4).hex()}"
+            fsutil.replace_file(
+                reason_path(dest), f"{line}\n".encode(), sync=False, staging=staging
+            )
             fsutil.fsync_dir(self.corrupt)
             return dest
         raise CorruptFile(f"cannot quarantine {path}: too many clashing names")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+import struct
 import time
 from pathlib import Path
 
@@ -12,6 +14,8 @@ import pytest
 from taskq.daemon.poison import SLOT, PoisonGuard
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, TaskName, new_id
+
+IN_CREATE, IN_MOVED_TO = 0x100, 0x80  # <sys/inotify.h>
 
 
 def a_task(spool: Spool) -> TaskName:
@@ -101,3 +105,24 @@ def test_a_marker_holds_one_slot_per_thread(spool: Spool) -> None:
         data = Path(g.marker).read_bytes()
         assert data[SLOT:].startswith(f"task {name.id}\tresolve\n".encode())
     assert Path(g.marker).read_bytes()[SLOT : SLOT + 1] == b"\n"
+
+
+def test_a_reason_appears_in_corrupt_whole_never_created_there(spool: Spool) -> None:
+    # inotify says how a name came into corrupt/: created there (so a reader,
+    # taskq wait among them, could read it empty) or renamed in, whole.
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0
+    try:
+        assert libc.inotify_add_watch(fd, spool.corrupt.encode(), IN_CREATE | IN_MOVED_TO) >= 0
+        name = a_task(spool)
+        assert spool.quarantine(path_of(spool, name), "a reason", time.time_ns() // 1000)
+        events, data = {}, os.read(fd, 65536)
+        while data:
+            _, mask, _, size = struct.unpack_from("iIII", data)
+            events[data[16 : 16 + size].rstrip(b"\0").decode()] = mask
+            data = data[16 + size :]
+    finally:
+        os.close(fd)
+    reasons = {n: mask for n, mask in events.items() if n.endswith(".reason")}
+    assert reasons and all(mask & IN_MOVED_TO for mask in reasons.values()), events
