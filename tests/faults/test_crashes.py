@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, read_stamps, wait_for
+from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, wait_for
 
 from taskq.spool.faults import POINTS
 
@@ -207,3 +207,24 @@ def test_operator_retry_crash_point(tq: Taskq, start_daemon: StartDaemon, stamps
     tq.wait_state(task_id, ("failed",))
     assert [a for _, a, _ in read_stamps(stamps)] == [1, 2]
     daemon.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", ["--after-ok", "--after-any"])
+def test_an_end_whose_marker_was_never_written_resolves_its_waiters_at_start_up(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path, after: str
+) -> None:
+    # cancel.renamed is right after the end rename, before deps/ID/ended.cancelled.
+    dependency = tq.submit("--in", "1h", "--", "true")
+    waiter = tq.submit("--after", dependency, after, "--", *stamp_cmd(stamps))
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), "TASKQ_CRASH_AT": "cancel.renamed"}
+    crashed = subprocess.run([*TASKQ, "cancel", dependency], env=env, capture_output=True)
+    assert crashed.returncode == -signal.SIGKILL
+    assert tq.state(dependency) == "cancelled" and tq.state(waiter) == "waiting"
+    start_daemon()
+    if after == "--after-any":
+        tq.wait_state(waiter, ("done",), timeout=30)
+        assert [t for t, _, _ in read_stamps(stamps)] == [waiter]
+    else:
+        tq.wait_state(waiter, ("cancelled",), timeout=30)
+        assert read_stamps(stamps) == []

@@ -9,7 +9,9 @@ about like any ended task, and their own waiters are resolved in turn.
 A safety pass at start-up and every --rescan resolves what a killed
 daemon or submitter left: every deps/ directory with an end marker. Its
 cost grows with the dependencies that have ended and still hold waiters,
-never with the waiting tasks themselves.
+never with the waiting tasks themselves. The start-up pass also looks up
+each dependency that holds waiters but no marker, and marks one found
+ended (its ender was killed between its end rename and its marker).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class Resolver:
         next_pass = 0.0
         while True:
             if time.monotonic() >= next_pass:
-                self._guarded(None)
+                self._guarded(None, first=next_pass == 0.0)
                 next_pass = time.monotonic() + self.every
             try:
                 first = self._queue.get(timeout=max(0.0, next_pass - time.monotonic()))
@@ -74,11 +76,11 @@ class Resolver:
                 return
             self._guarded([i for i in ids if i is not None])
 
-    def _guarded(self, ids: list[str] | None) -> None:
+    def _guarded(self, ids: list[str] | None, first: bool = False) -> None:
         """Resolve these ids' waiters (None: the safety pass's); log, never raise."""
         try:
             if ids is None:
-                ids = deps.pending_ends(self.spool)
+                ids = deps.pending_ends(self.spool, unmarked=first)
             if ids:
                 self.resolve(ids)
         except Exception as e:  # a bad pass must not end resolution for good

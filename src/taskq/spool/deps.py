@@ -194,9 +194,21 @@ def tidy(spool: Spool, task_id: str) -> None:
         os.rmdir(directory)
 
 
-def pending_ends(spool: Spool) -> list[str]:
-    """Dependencies with a recorded end (a safety pass resolves what they still hold)."""
-    return [d for d in fsutil.listdir(spool.deps) if valid_id(d) and marker(spool, d) is not None]
+def pending_ends(spool: Spool, *, unmarked: bool = False) -> list[str]:
+    """Dependencies with a recorded end (a safety pass resolves what they still hold).
+
+    With unmarked (a daemon's start-up pass), each dependency with no marker
+    is looked up by id, and one found ended is marked now: its ender was
+    killed between its end rename and its marker.
+    """
+    ids = [d for d in fsutil.listdir(spool.deps) if valid_id(d)]
+    ended = [d for d in ids if marker(spool, d) is not None]
+    if unmarked:
+        found = states_of(spool, sorted(set(ids) - set(ended)))
+        ended += [
+            d for d, state in found.items() if state in END_STATES and mark_ended(spool, d, state)
+        ]
+    return ended
 
 
 # -- the submitter's side -----------------------------------------------------
