@@ -111,8 +111,9 @@ def test_a_hand_placed_body_is_quarantined_and_the_daemon_runs_on(
     daemon = start_daemon("--rescan", "0.2s")
     good = tq.submit("--", *stamp_cmd(stamps))
     tq.wait_state(good, ("done",))
-    wait_for(lambda: not bad.exists(), 15, "the bad body to be quarantined")
-    (why,) = (tq.spool / "corrupt").glob("*.reason")
+    reasons = tq.spool / "corrupt"  # a file is moved there first, its reason written after
+    wait_for(lambda: not bad.exists() and list(reasons.glob("*.reason")), 15, "the quarantine")
+    (why,) = reasons.glob("*.reason")
     assert reason in why.read_text() and why.read_text().count("\n") == 1
     refused = [ln for ln in daemon.text().splitlines() if "quarantined" in ln]
     assert len(refused) == 1 and bad.name in refused[0] and reason in refused[0], daemon.text()
