@@ -168,7 +168,7 @@ def main() -> None:
         b = [r[what][0] for r in runs["before"]]
         a = [r[what][0] for r in runs["after"]]
         ratio = [x / y for x, y in zip(a, b, strict=True) if y]
-        print(f"{what} ({unit}) | {spread(b)} | {spread(a)} | {spread(ratio)}")
+        print(f"{what} ({unit}) | {spread(b)} | {spread(a)} | {spread(ratio) if ratio else '-'}")
 
 
 if __name__ == "__main__":
