@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import click
 
+from taskq.cli.main import cli
+
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -100,17 +102,24 @@ def _sq(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
+def _tables(commands: list[Command]) -> list[str]:
+    """The shell tables bash's and zsh's scripts share: subcommands, flags, value options."""
+    out = []
+    for c in commands:
+        key = _sq(c.key)
+        out.append(f"_taskq_cmds[{key}]={_sq(_words([n for n, _ in c.subcommands]))}")
+        out.append(f"_taskq_opts[{key}]={_sq(_words(c.flags()))}")
+        out.append(f"_taskq_vals[{key}]={_sq(_words(c.value_options()))}")
+    return out
+
+
 def bash(commands: list[Command]) -> str:
     """The bash script: tables of words per command path, and one function that walks them."""
     out = [
         "# bash completion for taskq(1); made by python3 -m taskq.cli.completions bash",
         "declare -gA _taskq_cmds _taskq_opts _taskq_vals",
     ]
-    for c in commands:
-        key = _sq(c.key)
-        out.append(f"_taskq_cmds[{key}]={_sq(_words([n for n, _ in c.subcommands]))}")
-        out.append(f"_taskq_opts[{key}]={_sq(_words(c.flags()))}")
-        out.append(f"_taskq_vals[{key}]={_sq(_words(c.value_options()))}")
+    out += _tables(commands)
     out.append("_taskq_value() {")
     out.append('    case "$1" in')
     for c in commands:
@@ -162,11 +171,7 @@ def zsh(commands: list[Command]) -> str:
         "# zsh completion for taskq(1); made by python3 -m taskq.cli.completions zsh",
         "typeset -gA _taskq_cmds _taskq_opts _taskq_vals",
     ]
-    for c in commands:
-        key = _sq(c.key)
-        out.append(f"_taskq_cmds[{key}]={_sq(_words([n for n, _ in c.subcommands]))}")
-        out.append(f"_taskq_opts[{key}]={_sq(_words(c.flags()))}")
-        out.append(f"_taskq_vals[{key}]={_sq(_words(c.value_options()))}")
+    out += _tables(commands)
     out.append("_taskq_value() {")
     out.append('    case "$1" in')
     for c in commands:
@@ -271,8 +276,6 @@ end"""
 
 def script(shell: str) -> str:
     """The completion script for one of SHELLS."""
-    from taskq.cli.main import cli
-
     commands = list(walk(cli))
     return {"bash": bash, "zsh": zsh, "fish": fish}[shell](commands)
 
