@@ -28,11 +28,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from taskq.cli.render import ls_header, ls_line
 from taskq.errors import TempFail
 from taskq.spool import listing
 from taskq.spool.layout import Spool
 from taskq.spool.listing import Filter, Row
 from taskq.spool.walk import Place
+from taskq.times import zones
 
 WORKERS = min(4, len(os.sched_getaffinity(0)))
 HEAD = 16  # directories listed in this process before any worker starts
@@ -51,8 +53,6 @@ class Lines:
 
     def header(self) -> str | None:
         """The header line of the text form (the JSON form has none)."""
-        from taskq.cli.render import ls_header
-
         return None if self.as_json else ls_header(self.with_command, _stamp(self.local))
 
     def line(self, row: Row) -> str:
@@ -65,15 +65,11 @@ def _formatter(lines: Lines) -> Callable[[Row], str]:
     if lines.as_json:
         with_command = lines.with_command
         return lambda row: json.dumps(listing.as_object(row, with_command), ensure_ascii=False)
-    from taskq.cli.render import ls_line
-
     return functools.partial(ls_line, with_command=lines.with_command, stamp=_stamp(lines.local))
 
 
 @functools.cache
 def _stamp(local: bool | None) -> Callable[[int], str]:
-    from taskq.times import zones
-
     return zones.stamp(local, os.environ)
 
 

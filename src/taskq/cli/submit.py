@@ -206,10 +206,10 @@ def submit_command(ctx: click.Context, /, **opts: Any) -> None:
     if policy is not None and spool.member():
         raise BadInput("--key-for and --on-key replace: not for a member of a shared spool")
     if opts["after"]:
-        from taskq.spool import deps
+        from taskq.spool import deps  # only for --after: off a plain submit's start-up
 
         if spool.member():  # one of the member's own, still in the drop, counts
-            from taskq.client import member
+            from taskq.client import member  # a member's submit only
 
             member.check_known(spool, opts["after"])
         else:
@@ -221,7 +221,7 @@ def submit_command(ctx: click.Context, /, **opts: Any) -> None:
 
         confinable.check(spool, (b.limits for b in bodies), default_host_id(), now)
     if spool.member():  # a shared spool's member: through the drop (client/member.py)
-        from taskq.client import member
+        from taskq.client import member  # a member's submit only
 
         results = member.submit(spool, bodies)
     elif opts["batch"] is None:
@@ -263,7 +263,7 @@ def _key_policy(opts: dict[str, Any]) -> KeyPolicy | None:
 
 
 def _read_batch(opts: dict[str, Any], now: int) -> list[TaskBody]:
-    from taskq.client import batch
+    from taskq.client import batch  # only for --batch: off a plain submit's start-up
 
     if opts["command"]:
         raise BadInput("give COMMAND or --batch, not both")

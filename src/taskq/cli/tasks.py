@@ -16,7 +16,7 @@ from taskq.cli.common import spool_of
 from taskq.cli.params import DURATION, POSITIVE_DURATION, Count, PlainHelp
 from taskq.cli.render import describe, detail, env_lines
 from taskq.cli.timefmt import stamper, time_format, when_of
-from taskq.client import operations, request
+from taskq.client import member, operations, request
 from taskq.errors import BadInput, Conflict, NotFound, Unprinted, WaitTimeout
 from taskq.observe import watch
 from taskq.spool import attemptfiles, byid, deps, journal, listing
@@ -109,8 +109,6 @@ def show_command(
     except NotFound:
         if not spool.member():
             raise
-        from taskq.client import member
-
         doc = member.unfiled(spool, check_id(task_id))
         if doc is None:
             doc = {"status": 0, "id": task_id}  # filed since the first look: look again
@@ -174,8 +172,6 @@ def _asks(function: Callable[..., None]) -> Callable[..., None]:
 
 
 def _ask(spool: Spool, request: Request, timeout: int) -> dict[str, Any]:
-    from taskq.client import member
-
     return member.ask(spool, request, timeout / SECOND)
 
 
@@ -273,8 +269,6 @@ def wait_command(
     spool = spool_of(ctx)
     seconds = None if timeout is None else timeout / SECOND
     if spool.member():  # what is still in the drop is waited for there first
-        from taskq.client import member
-
         locate = functools.partial(byid.locate, spool)
         task_ids = tuple(member.settle(spool, t, locate, seconds).name.id for t in task_ids)
     results: list[tuple[str, int | None]] = []

@@ -15,11 +15,14 @@ holding terminal escapes must not repaint the operator's screen.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 
+from taskq.cli.render import describe, detail
 from taskq.errors import TaskqError
 from taskq.observe.top import LATENESS_BARS, Picture, Task, running_for
+from taskq.spool import byid, journal
 from taskq.spool.layout import Spool
 from taskq.text.quote import quote
 from taskq.times.timespec import SECOND, format_duration, format_iso
@@ -46,8 +49,6 @@ def _safe(text: object) -> str:
 def _command(task: Task) -> str:
     if task.command is None:
         return "?"
-    import shlex
-
     return _safe(shlex.join(task.command))
 
 
@@ -186,9 +187,6 @@ def timed(gather: Callable[[], Picture]) -> tuple[Picture, float]:
 
 def describe_task(spool: Spool, task_id: str) -> str:
     """What `taskq show ID` prints, for the show window (an error as one line)."""
-    from taskq.cli.render import describe, detail
-    from taskq.spool import byid, journal
-
     try:
         found, body = byid.load(spool, task_id)
         doc = detail(found, body, journal.read(spool.log_dir(found.name.id)))

@@ -62,7 +62,7 @@ def submit(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, bool]]:
 
 def check_known(spool: Spool, ids: list[str]) -> None:
     """Refuse --after tasks that exist nowhere: neither in the spool nor in the drop."""
-    from taskq.spool import deps
+    from taskq.spool import deps  # only for --after: off a member's plain submit
 
     found = deps.states_of(spool, ids)
     missing = [i for i in ids if i not in found and unfiled(spool, i) is None]

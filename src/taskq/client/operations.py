@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from taskq.errors import Conflict, TaskqError
-from taskq.spool import byid, fsutil, hints, journal, transitions
+from taskq.spool import byid, deps, fsutil, hints, journal, transitions
 from taskq.spool.ending import End, end_task
 from taskq.spool.faults import crash_point
 from taskq.spool.journal import Event
@@ -85,8 +85,6 @@ def cancel(spool: Spool, task_id: str) -> Located:
 
 def _release_dependents(spool: Spool, found: Located, end: End, now: int) -> None:
     """After a cancel: what waited for the task is resolved; a waiting task waits no more."""
-    from taskq.spool import deps
-
     if found.state == State.WAITING:
         with contextlib.suppress(TaskqError, OSError):
             deps.forget(spool, spool.read_body(end.path).after, found.name)
@@ -192,8 +190,6 @@ def retry(spool: Spool, task_id: str, run_at: int) -> TaskName:
         name = _recorded_move(
             spool, found, Event.RETRIED, fields, lambda: transitions.requeue(spool, found, run_at)
         )
-        from taskq.spool import deps
-
         deps.reopen(spool, name.id)  # it has not ended any more: tasks after it wait again
         return name
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 from typing import TYPE_CHECKING
 
 from taskq.errors import CorruptFile, NotFound
@@ -76,7 +77,7 @@ def submit(
 def _publish_body(spool: Spool, tmp: str, name: TaskName, body: TaskBody) -> None:
     """Publish into pending/, or into waiting/ for a task with dependencies."""
     if body.after:
-        from taskq.spool import deps
+        from taskq.spool import deps  # only for --after: off a plain submit's start-up
 
         deps.publish_waiting(spool, tmp, name, body.after, body.submitted_at)
     else:
@@ -241,8 +242,6 @@ def _write_bodies(
         _write_hints(spool, unkeyed)
         hinter = None
     else:
-        import threading
-
         hinter = threading.Thread(target=_write_hints, args=(spool, unkeyed), name="taskq-hints")
         hinter.start()
     try:

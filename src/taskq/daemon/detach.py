@@ -96,7 +96,7 @@ class PidFile:
 
 def detach() -> None:
     """Become a background daemon (python-daemon); returns in the daemon."""
-    import daemon  # type: ignore[import-untyped]
+    import daemon  # type: ignore[import-untyped]  # python-daemon only for --detach
 
     # signal_map={} leaves signals to the scheduler's own handlers.
     daemon.DaemonContext(working_directory="/", umask=0o077, signal_map={}).open()

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import TextIO
 
-from taskq.errors import BadInput
+from taskq.errors import BadInput, TaskqError
 from taskq.spool import fsutil, notice
 from taskq.text.quote import quote
 
@@ -124,8 +124,6 @@ def setup(log_file: str | None = None, syslog: bool = False) -> logging.Handler:
 
 def fatal(e: BaseException) -> None:
     """Log the error that stops the daemon (a traceback only for a bug)."""
-    from taskq.errors import TaskqError
-
     logger = logging.getLogger("taskq")
     if isinstance(e, TaskqError | OSError):
         logger.error("taskq daemon stopped: %s", e)

@@ -24,6 +24,17 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+import watchdog.events
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+
 from taskq.times.clock import STAMP_LAG
 from taskq.times.timespec import SECOND
 
@@ -190,16 +201,6 @@ def _watch(bell: str, wake_fd: int, drop: str | None) -> Any:
     (inotify, via watchdog.) In drop/ a member's file arrives by a rename
     from NAME.part, which is what counts; the .part's creation does not.
     """
-    import watchdog.events
-    from watchdog.events import (
-        FileClosedEvent,
-        FileCreatedEvent,
-        FileModifiedEvent,
-        FileMovedEvent,
-        FileSystemEvent,
-        FileSystemEventHandler,
-    )
-    from watchdog.observers import Observer
 
     def ring() -> None:
         try:

@@ -42,6 +42,7 @@ class EndWatch:
         return self._observer is not None
 
     def _start(self, spool: Spool) -> Any:
+        # watchdog only when a wait watches: not for ls, show or cancel (cli/tasks.py)
         from watchdog.events import FileSystemEvent, FileSystemEventHandler
         from watchdog.observers import Observer
 

@@ -16,6 +16,7 @@ textfile directory.
 from __future__ import annotations
 
 import dataclasses
+import platform
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from prometheus_client.registry import Collector
 from taskq.observe.snapshot import Snapshot
 from taskq.spool.states import STATES
 from taskq.times.timespec import SECOND
+from taskq.times.when import parse_when
 
 # Lateness is milliseconds with free workers, and anything up to hours with none.
 LATENESS_BUCKETS = (
@@ -180,7 +182,7 @@ class _Rendered(Collector):
         yield from schedule_families(list(m.labels.values()), m.schedules)
 
     def _build_info(self) -> GaugeMetricFamily:
-        import platform
+        # Only when figures are exported: a daemon without --metrics-* never pays for it.
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -321,6 +323,4 @@ def _seconds(value: Any) -> float:
         return 0.0
     if isinstance(value, bool | int | float):
         return float(value)
-    from taskq.times.when import parse_when
-
     return parse_when(str(value), 0) / SECOND

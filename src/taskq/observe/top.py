@@ -29,7 +29,7 @@ from typing import Any
 from taskq.errors import TaskqError
 from taskq.observe import stats
 from taskq.observe.livecounts import LiveCounts
-from taskq.spool import fsutil, journal, walk
+from taskq.spool import fsutil, journal, pause, walk
 from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.listing import command_of
@@ -125,8 +125,6 @@ def gather(
 
 
 def _paused(spool: Spool, now: int) -> list[Any]:
-    from taskq.spool import pause
-
     return pause.active(spool, now)
 
 

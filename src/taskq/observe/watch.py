@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from taskq.errors import CorruptFile, NotFound
+from taskq.observe.endwatch import POLL_UNWATCHED, POLL_WATCHED, EndWatch
 from taskq.spool import attemptfiles, byid, fsutil, journal
 from taskq.spool.layout import Located, Spool, output_attempt
 from taskq.spool.states import END_STATES, State
@@ -59,8 +60,6 @@ def wait(spool: Spool, task_ids: list[str], timeout: float | None) -> Iterator[L
     moving back and forth while we looked is not taken for gone): it will
     never end, and waiting for it must not last for ever.
     """
-    from taskq.observe.endwatch import POLL_UNWATCHED, POLL_WATCHED, EndWatch
-
     waiting = {check_id(t) for t in task_ids}
     for task_id in waiting:
         byid.locate(spool, task_id)  # NotFound now, not a silent wait forever

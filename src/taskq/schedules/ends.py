@@ -21,6 +21,7 @@ from taskq.spool.journal import Event
 from taskq.spool.layout import Spool
 from taskq.spool.states import END_STATES
 from taskq.times.timespec import format_iso
+from taskq.times.when import parse_when
 
 
 def auto_paused(sched: Schedule, state: Cursor) -> bool:
@@ -105,8 +106,6 @@ def _end_of(spool: Spool, tid: str) -> tuple[str, int] | None:
 
 
 def _instant(text: str | None, default: int) -> int:
-    from taskq.times.when import parse_when
-
     try:
         return default if text is None else parse_when(text, 0)
     except TaskqError:

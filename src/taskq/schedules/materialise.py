@@ -36,6 +36,7 @@ from taskq.schedules.store import MAX_LIVE, Cursor, Schedule, Store, catchup_kee
 from taskq.spool import byid, deps, fsutil
 from taskq.spool.ending import end_task
 from taskq.spool.journal import Event
+from taskq.spool.keys import key_path, read_key
 from taskq.spool.layout import Handling, Located, Spool, unguarded
 from taskq.spool.states import State
 from taskq.spool.task import ClaimName, TaskBody, TaskName, bucket_of
@@ -517,8 +518,6 @@ def retire(store: Store, name: str, now: int) -> list[str]:
     The keys go so that a schedule added again under the name can use the
     same slots. Returns the ids cancelled.
     """
-    from taskq.spool.keys import key_path, read_key
-
     state = store.state(name, now)
     p = Pass(store, now, frozenset())
     out = []

@@ -31,7 +31,7 @@ from typing import Any
 
 from taskq.errors import BadInput, Conflict, CorruptFile, NotFound, TaskqError
 from taskq.schedules.rules import Rules, check_date
-from taskq.schedules.slots import Spec
+from taskq.schedules.slots import Spec, check_bound, check_cron, check_zone
 from taskq.spool import fields, fsutil, journal
 from taskq.spool.journal import Event
 from taskq.spool.layout import CURSOR_FILE, SCHEDULE_FILE, Spool
@@ -201,8 +201,6 @@ def _from_doc(doc: dict[str, Any]) -> Schedule:
 
 def _spec(doc: dict[str, Any], cron: str | None, every: int | None) -> Spec:
     """When the slots fall: cron in a zone, or an interval; within LAST_SLOT."""
-    from taskq.schedules.slots import check_bound, check_zone
-
     start, end = (fields.optional(fields.instant, k, doc.get(k)) for k in ("start", "end"))
     for key, value in (("start", start), ("end", end)):
         if value is not None:
@@ -227,8 +225,6 @@ def _interval(what: str, value: object) -> int:
 
 def _crons(value: Any, what: str) -> list[str]:
     """A cron field: one expression, a list of them, or none."""
-    from taskq.schedules.slots import check_cron
-
     items = [value] if isinstance(value, str) else _list(value, what)
     return [check_cron(fields.text(what, e)) for e in items]
 

@@ -21,6 +21,7 @@ from taskq.errors import BadInput, ConfigError, TaskqError
 from taskq.spool import fields
 from taskq.spool.layout import CONFIG
 from taskq.spool.states import END_STATES
+from taskq.spool.task import check_queue
 from taskq.text.lazyre import Lazy
 from taskq.times.timespec import DAY, SECOND, parse_duration
 
@@ -106,8 +107,6 @@ class SpoolConfig:
         return {q: s.rate for q, s in self.queues.items() if s.rate is not None}
 
     def _queue_name(self, name: str) -> str:
-        from taskq.spool.task import check_queue
-
         try:
             return check_queue(name)
         except TaskqError as e:

@@ -22,7 +22,7 @@ def default_spool() -> str:
 
 def default_host_id() -> str:
     """This host's name, made safe for a claim name (letters, digits, . _ -)."""
-    import socket
+    import socket  # the daemon's default: off submit's start-up
 
     name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip("._-")
     return name[:64] or "localhost"

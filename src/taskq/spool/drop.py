@@ -29,6 +29,7 @@ task has: that would take a preimage of an 80-bit hash.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from typing import Any, NamedTuple
@@ -99,8 +100,6 @@ def bound_to(task_id: str, nonce: str, uid: int) -> bool:
 
 
 def _bound_bits(uid: int, ms: int, nonce: str) -> int:
-    import hashlib
-
     digest = hashlib.sha256(f"taskq member id\0{uid}\0{ms}\0{nonce}".encode()).digest()
     return int.from_bytes(digest[:10], "big")
 

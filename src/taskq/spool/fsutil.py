@@ -25,13 +25,13 @@ TEMPORARY_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EAGAIN, errno
 @functools.cache
 def _libc(name: str) -> Any:
     """A libc function through ctypes, or None; ctypes is loaded here, off submit's path."""
-    import ctypes
+    import ctypes  # off submit's start-up (its budget: tests/e2e/test_submit.py)
 
     return getattr(ctypes.CDLL(None, use_errno=True), name, None)
 
 
 def _errno() -> int:
-    import ctypes
+    import ctypes  # as in _libc
 
     return ctypes.get_errno()
 

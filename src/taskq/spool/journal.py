@@ -19,6 +19,7 @@ from typing import Any
 
 from taskq.errors import CorruptFile
 from taskq.spool import fields
+from taskq.spool.fsutil import ensure_dir, fsync_dir, read_tail
 from taskq.spool.layout import journal_path
 from taskq.times.timespec import format_iso
 
@@ -91,7 +92,7 @@ def begin(log_dir: str, event: Event, now: int, group: int | None, **values: Any
     try:
         _write(log_dir, _line(event, now, values), sync=False, group=group)
     except (OSError, CorruptFile) as e:
-        import logging
+        import logging  # as in append: only when a record is lost
 
         logging.getLogger("taskq").warning("cannot journal %s in %s: %s", event, log_dir, e)
         return False
@@ -129,8 +130,6 @@ def _write(log_dir: str, line: bytes, sync: bool, group: int | None = None) -> N
     finally:
         os.close(fd)
     if sync:
-        from taskq.spool.fsutil import fsync_dir
-
         fsync_dir(log_dir)  # a journal created just now
 
 
@@ -138,8 +137,6 @@ def _open(log_dir: str) -> int:
     try:
         return os.open(journal_path(log_dir), _FLAGS, 0o600)
     except FileNotFoundError:
-        from taskq.spool.fsutil import ensure_dir
-
         ensure_dir(log_dir)
         return os.open(journal_path(log_dir), _FLAGS, 0o600)
     except PermissionError:  # may append but not read: no torn-record check
@@ -195,8 +192,6 @@ MAX_READ = 16 << 20
 
 def _read_tail(path: str) -> bytes:
     """The journal's bytes, or its last MAX_READ bytes from a line's start; never blocks."""
-    from taskq.spool.fsutil import read_tail
-
     data = read_tail(path, MAX_READ + 1)
     return data if len(data) <= MAX_READ else data[data.find(b"\n") + 1 :]
 
@@ -331,7 +326,7 @@ def person_schedule(records: list[dict[str, Any]], attempt: int, run_at: int, de
     one. A record whose rename never happened (a crash between the two)
     fails that test and is ignored.
     """
-    from taskq.times.when import parse_when
+    from taskq.times.when import parse_when  # off the start-up of submit --after
 
     started = {
         r.get("attempt"): r.get("run_at")

@@ -333,7 +333,7 @@ class Spool:
 
     def read_task(self, path: str) -> tuple[TaskBody, int]:
         """Read and validate a task body; also return the uid whose request it is (runas)."""
-        from taskq.spool.runas import requester
+        from taskq.spool.runas import requester  # a reader's only: off submit's start-up
 
         data, owner = fsutil.read_spool_file_owned(path, MAX_BODY)
         body = TaskBody.from_json(data)

@@ -18,7 +18,7 @@ import shutil
 import stat
 from dataclasses import dataclass
 
-from taskq.spool import fsutil, hints
+from taskq.spool import drop, fsutil, hints
 from taskq.spool.keys import bound_key, key_owner, rightful
 from taskq.spool.layout import Spool, body_id
 from taskq.spool.task import TaskName
@@ -166,8 +166,6 @@ def _forget_key(spool: Spool, tmp: str, task_id: str) -> None:
 
 def clean_replies(spool: Spool, now: int) -> int:
     """Remove the answers in replies/ older than drop.REPLY_TTL; return how many went."""
-    from taskq.spool import drop
-
     gone = 0
     for path in drop.old_replies(spool, now):
         with contextlib.suppress(FileNotFoundError):

@@ -13,6 +13,7 @@ Files that others could write were refused before this point
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import time
@@ -113,8 +114,6 @@ def private_group(uid: int) -> int | None:
     group, so that the member alone reads them. A primary group that other
     users share, or none, gives None: those files stay root's alone.
     """
-    import grp
-
     try:
         pw = pwd.getpwuid(uid)
         group = grp.getgrgid(pw.pw_gid)

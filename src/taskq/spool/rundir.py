@@ -18,6 +18,7 @@ from typing import Any
 from taskq.errors import BadInput, CorruptFile, TaskqError
 from taskq.spool import fields, fsutil, locks
 from taskq.spool.layout import DAEMON_FILES, LOCK, RECORD, daemon_file
+from taskq.spool.notice import notice
 from taskq.text.quote import quote
 from taskq.times.timespec import SECOND
 from taskq.times.when import parse_when
@@ -91,8 +92,6 @@ def read_all(run_dir: str) -> list[dict[str, Any]]:
         except FileNotFoundError:
             continue  # its daemon stopped meanwhile
         except (OSError, CorruptFile) as e:
-            from taskq.spool.notice import notice  # only when there is something to say
-
             notice(f"skipped {quote(path)}: {e}", once_for=path)
     return records
 

@@ -68,7 +68,7 @@ _last_id = 0
 
 def _base64() -> Any:
     """The base64 module, imported for the rare task with a payload."""
-    import base64
+    import base64  # off submit's start-up: few tasks carry a payload
 
     return base64
 

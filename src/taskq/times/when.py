@@ -72,7 +72,7 @@ def parse_posix(text: str, now: int, zone: tzinfo | None = None) -> int:
     digits, dot, sec = text.partition(".")
     if not digits.isdigit() or len(digits) not in (8, 10, 12) or (dot and not _two(sec)):
         raise BadInput(f"bad -t {text!r}: use [[CC]YY]MMDDhhmm[.ss]")
-    from taskq.times import zones
+    from taskq.times import zones  # a WHEN that needs a zone: see above
 
     zone = zone if zone is not None else zones.local_zone()
     year = zones.wall_now(now, zone).year
@@ -162,7 +162,7 @@ def _evaluate(p: Parsed, now: int, zone: tzinfo | None, micro: int = 0) -> int:
     """The instant of a parsed timespec, with at(1)'s roll-overs to tomorrow and next year."""
     if p.now and p.zone is None and p.unit not in (*_DAYS, *_MONTHS):
         return now + p.amount * _ELAPSED.get(p.unit or "", 0)  # elapsed time: no zone
-    from taskq.times import zones
+    from taskq.times import zones  # a WHEN that needs a zone: see above
 
     tz = _zone(p.zone) if p.zone else zone if zone is not None else zones.local_zone()
     local_now = zones.wall_now(now, tz)
@@ -192,7 +192,7 @@ def _candidate(
     if p.date is not None and p.date.next_unit is not None:
         wall, elapsed = _moved(wall, 1, p.date.next_unit)
     wall, more = _moved(wall, p.amount, p.unit)
-    from taskq.times import zones
+    from taskq.times import zones  # a WHEN that needs a zone: see above
 
     # now's own wall time is now, even in an hour that summer time repeats
     start = now if wall == local_now else zones.resolve(wall, tz)
@@ -239,7 +239,7 @@ class NoSuchDay(Unparsable):
 
 def _zone(name: str) -> tzinfo:
     """The zone a timespec names after its time: UTC or an IANA name."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # a named zone: see above
 
     if name == "UTC":
         return UTC
