@@ -73,9 +73,8 @@ def build_parts(
 ) -> Parts:
     """Make one daemon's parts, each told of the others it reports to.
 
-    Nothing starts: no thread, no signal handler, no lock (the daemon's
-    run does that). on_measured is called after each clock measurement
-    (True when trust in the clock came back).
+    Nothing starts (no thread, signal handler or lock: lifecycle.running
+    does that); on_measured(regained) follows each clock measurement.
     """
     drop = spool.drop if spool.shared() else None
     wake = Wakeups(spool.doorbell, settings.doorbell_poll, clock.mono, drop)
