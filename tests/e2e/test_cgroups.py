@@ -253,3 +253,13 @@ def test_another_users_attempt_joins_its_cgroup_through_the_gate_slot(
     uid, *cgroup = tq.run("logs", task).stdout.decode().splitlines()
     assert uid == str(nobody.pw_uid)
     assert any("/taskq/testhost_" in line and line.endswith(f"/{task}.1") for line in cgroup)
+
+
+def test_show_and_schedule_add_carry_the_limits(tq: Taskq) -> None:
+    task = tq.submit("--tasks-max", "7", "--cpu-max", "50%", "--", "true")
+    doc = tq.show(task)
+    assert doc["limits"] == {"cpu_max": 50, "tasks_max": 7}
+    assert "limits:    --cpu-max 50% --tasks-max 7" in tq.run("show", task).stdout.decode()
+    made = json.loads(tq.run("schedule", "add", "s", "--every", "1h", "--memory-max", "64M",
+                             "--json", "--", "true").stdout)  # fmt: skip
+    assert tq.show(made["task"])["limits"] == {"memory_max": 64 << 20}

@@ -8,14 +8,16 @@ themselves are request.py's, task.py's and timespec.py's.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from taskq.cli import output
 from taskq.client import request
 from taskq.errors import BadInput
-from taskq.spool import fields, fsutil
+from taskq.spool import fields, fsutil, resources
+from taskq.spool.resources import Resources
 from taskq.spool.task import check_queue
 from taskq.times.timespec import parse_duration
 
@@ -275,3 +277,50 @@ class PlainGroup(PlainHelp, click.Group):
 
     command_class = PlainHelp
     group_class = type  # its groups are of its own class
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def limit_options(command: F) -> F:
+    """--memory-max, --cpu-weight, --cpu-max and --tasks-max (submit, schedule add)."""
+    for option in reversed(_LIMIT_OPTIONS):
+        command = option(command)
+    return command
+
+
+_LIMIT_OPTIONS = [
+    click.option(
+        "--memory-max",
+        metavar="SIZE",
+        help="Run each attempt in a cgroup of its own, with at most SIZE of memory and swap "
+        "(512M, 2G); past it the kernel's OOM killer ends it.",
+    ),
+    click.option(
+        "--cpu-weight",
+        metavar="N",
+        help="Each attempt's share of contended CPU, 1 to 10000 (100: as much as any other).",
+    ),
+    click.option(
+        "--cpu-max",
+        metavar="PERCENT",
+        help="Each attempt uses at most PERCENT of one CPU (50%, 200% for two CPUs).",
+    ),
+    click.option(
+        "--tasks-max",
+        metavar="N",
+        help="Each attempt's command runs at most N processes and threads at once.",
+    ),
+]
+
+
+def limits_of(opts: dict[str, Any]) -> Resources | None:
+    """The limits those options ask for, checked (spool/resources.py); None if none is given."""
+    given: dict[str, object] = {n: opts[n] for n in resources.NAMES if opts[n] is not None}
+    if not given:
+        return None
+    for name in ("cpu_weight", "tasks_max"):  # counts as numbers; sizes and percentages as text
+        text = str(given.get(name, "")).strip()
+        if text.isascii() and text.isdigit():
+            given[name] = int(text)
+    return Resources(**resources.given(given, option=True))

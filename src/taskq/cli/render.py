@@ -15,6 +15,7 @@ from taskq.spool import journal
 from taskq.spool.journal import Event
 from taskq.spool.layout import Located
 from taskq.spool.listing import Row
+from taskq.spool.resources import Resources
 from taskq.spool.task import TaskBody
 from taskq.text.quote import quote
 from taskq.text.shell import command_line
@@ -63,6 +64,7 @@ def detail(found: Located, body: TaskBody, records: list[dict[str, Any]]) -> dic
         after_mode="any" if body.after_any else "ok",
         mail=body.mail,
         priority=body.priority,
+        limits=None if body.limits is None else body.limits.to_doc(),
         expired=journal.expired(records),
         exit_status=journal.exit_status(records),
         budget_from=journal.budget_start(records, found.name.attempt),
@@ -194,6 +196,8 @@ def describe(doc: dict[str, Any], stamp: Stamp = format_iso) -> str:
             fields.append((opt, restamp(str(doc[opt]), stamp)))
     if doc.get("priority"):
         fields.append(("priority", str(doc["priority"])))
+    if doc.get("limits"):
+        fields.append(("limits", Resources(**doc["limits"]).describe()))
     if doc.get("after"):
         fields.append(("after", _after_text(doc)))
     # The command is quoted already, as a shell line (text.shell); the rest here.

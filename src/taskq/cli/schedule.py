@@ -17,7 +17,15 @@ import click
 
 from taskq.cli import output, schedule_asked
 from taskq.cli.common import init_spool, read_stdin, spool_of
-from taskq.cli.params import DURATION, ENV_VAR, POSITIVE_DURATION, Count, PlainGroup
+from taskq.cli.params import (
+    DURATION,
+    ENV_VAR,
+    POSITIVE_DURATION,
+    Count,
+    PlainGroup,
+    limit_options,
+    limits_of,
+)
 from taskq.client import request
 from taskq.errors import BadInput, CorruptFile, NotFound
 from taskq.schedules import materialise, view
@@ -171,6 +179,7 @@ def schedule() -> None:
 @click.option("--stdin", "use_stdin", is_flag=True, help="Store standard input for each run.")
 @click.option("--env", type=ENV_VAR, multiple=True, metavar="K=V", help="Set a variable.")
 @click.option("--cwd", type=click.Path(file_okay=False), help="Working directory.")
+@limit_options
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.argument("command", nargs=-1, required=True)
 @click.pass_context
@@ -233,6 +242,7 @@ def _build(opts: dict[str, Any], now: int) -> Schedule:
         expires=opts["expires"],
         stdin=_stdin() if opts["use_stdin"] else None,
         priority=opts["priority"],
+        limits=limits_of(opts),
     )
     task = request.body(template, opts["command"], now)
     return Schedule(

@@ -23,13 +23,14 @@ from taskq.cli.params import (
     POSITIVE_DURATION,
     Count,
     PlainHelp,
+    limit_options,
+    limits_of,
 )
 from taskq.client import environment, limits, request
 from taskq.client.submit import submit as submit_one
 from taskq.client.submit import submit_batch
 from taskq.errors import BadInput
-from taskq.spool import config, resources
-from taskq.spool.resources import Resources
+from taskq.spool import config
 from taskq.spool.task import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
@@ -166,27 +167,7 @@ if TYPE_CHECKING:
     help="At most one attempt holding NAME runs at a time, on any daemon of the spool; "
     "the others wait, in run time order.",
 )
-@click.option(
-    "--memory-max",
-    metavar="SIZE",
-    help="Run each attempt in a cgroup of its own, with at most SIZE of memory and swap "
-    "(512M, 2G); past it the kernel's OOM killer ends it.",
-)
-@click.option(
-    "--cpu-weight",
-    metavar="N",
-    help="Each attempt's share of contended CPU, 1 to 10000 (100: as much as any other).",
-)
-@click.option(
-    "--cpu-max",
-    metavar="PERCENT",
-    help="Each attempt uses at most PERCENT of one CPU (50%, 200% for two CPUs).",
-)
-@click.option(
-    "--tasks-max",
-    metavar="N",
-    help="Each attempt's command runs at most N processes and threads at once.",
-)
+@limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the id.")
 @click.argument("command", nargs=-1)
 @click.pass_context
@@ -308,26 +289,8 @@ def _request(opts: dict[str, Any], now: int) -> Request:
         mail=opts["mail"],
         mutex=None if opts["mutex"] is None else check_mutex(opts["mutex"]),
         priority=opts["priority"],
-        limits=_limits(opts),
+        limits=limits_of(opts),
     )
-
-
-def _limits(opts: dict[str, Any]) -> Resources | None:
-    """--memory-max, --cpu-weight, --cpu-max and --tasks-max, checked; None if none is given."""
-    given = {name: opts[name] for name in resources.NAMES if opts[name] is not None}
-    if not given:
-        return None
-    return Resources(**resources.given(_numbers(given), option=True))
-
-
-def _numbers(given: dict[str, str]) -> dict[str, object]:
-    """Option values as the checks take them: counts as numbers, sizes and percentages as text."""
-    out: dict[str, object] = dict(given)
-    for name in ("cpu_weight", "tasks_max"):
-        if name in out:
-            text = str(out[name]).strip()
-            out[name] = int(text) if text.isascii() and text.isdigit() else text
-    return out
 
 
 def _after_ids(values: tuple[str, ...]) -> list[str]:
