@@ -269,3 +269,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _uses_a_bed(item):
             item.add_marker(pytest.mark.xdist_group("beds"))
+
+
+def run_until_it_dies(tq: Taskq, log: Path, point: str) -> int:
+    """Run a daemon on tq's spool that crashes at `point` (TASKQ_CRASH_AT); its stderr
+    goes to `log`; the exit status (-9 for the crash point's SIGKILL)."""
+    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), "TASKQ_CRASH_AT": point}
+    with open(log, "wb") as err:
+        proc = subprocess.run(
+            [*TASKQ, "daemon", "--host-id", "testhost"], env=env, stderr=err, timeout=60
+        )
+    return proc.returncode

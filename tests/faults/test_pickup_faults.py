@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+from conftest import Daemon, Taskq, read_stamps, run_until_it_dies, stamp_cmd, wait_for
 
 from taskq.spool import drop
 from taskq.spool.task import DEFAULT_PATH, TaskBody
@@ -78,15 +77,6 @@ def test_a_drop_file_whose_handling_raises_is_quarantined_and_the_loop_goes_on(
     refused = [ln for ln in daemon.text().splitlines() if "quarantined" in ln]
     assert len(refused) == 1 and "pickup failed: Injected" in refused[0], daemon.text()
     assert daemon.proc.poll() is None
-
-
-def run_until_it_dies(tq: Taskq, log: Path, point: str) -> int:
-    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), "TASKQ_CRASH_AT": point}
-    with open(log, "wb") as err:
-        proc = subprocess.run(
-            [*TASKQ, "daemon", "--host-id", "testhost"], env=env, stderr=err, timeout=60
-        )
-    return proc.returncode
 
 
 def test_a_drop_file_two_daemons_died_reading_is_quarantined_by_the_third(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+from conftest import Daemon, Taskq, read_stamps, run_until_it_dies, stamp_cmd, wait_for
 
 from taskq.spool.layout import Spool
 from taskq.spool.task import DEFAULT_PATH, TaskBody, TaskName, bucket_of, new_id
@@ -215,15 +215,6 @@ def test_an_end_whose_name_is_taken_never_wedges_the_daemon(
     refused = [ln for ln in daemon.text().splitlines() if "quarantined" in ln]
     assert len(refused) == 1 and f"failed/{pending.name}" in refused[0], daemon.text()
     tq.wait_state(tq.submit("--", "true"), ("done",))  # and the loop goes on
-
-
-def run_until_it_dies(tq: Taskq, log: Path, point: str) -> int:
-    env = {**os.environ, "TASKQ_SPOOL": str(tq.spool), "TASKQ_CRASH_AT": point}
-    with open(log, "wb") as err:
-        proc = subprocess.run(
-            [*TASKQ, "daemon", "--host-id", "testhost"], env=env, stderr=err, timeout=60
-        )
-    return proc.returncode
 
 
 def test_a_file_two_daemons_died_reading_is_quarantined_by_the_third(

@@ -132,16 +132,7 @@ def test_cephfs_clients_are_coherent_and_refuse_to_replace(cephfs: CephBed) -> N
     with pytest.raises(FileExistsError):
         renameat2(b / "src", b / "taken", RENAME_NOREPLACE)
     assert (c / "taken").read_text() == "t"
-    (a / "d1").mkdir()
-    (a / "d2").mkdir()
-    (a / "d2" / "lease").touch()
-    with pytest.raises(OSError) as full:
-        os.rename(b / "d1", b / "d2")
-    assert full.value.errno in (errno.ENOTEMPTY, errno.EEXIST)
-    os.stat(c / "src")  # c has it cached
-    os.rename(a / "src", a / "moved")
-    with pytest.raises(FileNotFoundError):
-        os.rename(c / "src", c / "again")
+    renames_as_permits_and_claims_need(a, b, c)
     assert (c / "moved").read_text() == "s"
 
 
@@ -158,16 +149,7 @@ def test_moosefs_clients_share_one_clock_in_whole_seconds(moosefs: MooseBed) -> 
     with pytest.raises(OSError) as refused:
         renameat2(b / "src", b / "new", RENAME_NOREPLACE)
     assert refused.value.errno == errno.EINVAL
-    (a / "d1").mkdir()
-    (a / "d2").mkdir()
-    (a / "d2" / "lease").touch()
-    with pytest.raises(OSError) as full:
-        os.rename(b / "d1", b / "d2")
-    assert full.value.errno in (errno.ENOTEMPTY, errno.EEXIST)
-    os.stat(c / "src")  # c has it cached
-    os.rename(a / "src", a / "moved")
-    with pytest.raises(FileNotFoundError):
-        os.rename(c / "src", c / "again")
+    renames_as_permits_and_claims_need(a, b, c)
     stamps: list[int] = []
     for view in (a, b, c):  # one file each: a file another client writes is locked a while
         with open(view / f"stamped-{len(stamps)}", "wb") as f:
@@ -219,3 +201,19 @@ def test_a_second_ring_in_the_same_whole_second_is_heard(moosefs: MooseBed) -> N
     assert bell.wait(5)[0], "the second ring, stamped as the first was"
     time.sleep((SECOND + STAMP_LAG) / SECOND)
     assert not bell.wait(0.5)[0], "no ring heard once the second is over"
+
+
+def renames_as_permits_and_claims_need(a: Path, b: Path, c: Path) -> None:
+    """Through three clients' views of one directory (holding a file `src`): a rename onto
+    a directory that is not empty fails (what permits need), and a name renamed away by one
+    client cannot be renamed again by another that had it cached (what claims need)."""
+    (a / "d1").mkdir()
+    (a / "d2").mkdir()
+    (a / "d2" / "lease").touch()
+    with pytest.raises(OSError) as full:
+        os.rename(b / "d1", b / "d2")
+    assert full.value.errno in (errno.ENOTEMPTY, errno.EEXIST)
+    os.stat(c / "src")  # c has it cached
+    os.rename(a / "src", a / "moved")
+    with pytest.raises(FileNotFoundError):
+        os.rename(c / "src", c / "again")

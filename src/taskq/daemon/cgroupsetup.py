@@ -55,15 +55,19 @@ def _unescape(field: str) -> str:
     return _ESCAPE.compiled().sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
+def _lines(path: str) -> list[str]:
+    """The lines of a file of /proc, none when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
 def _mounts() -> list[tuple[str, str, str, set[str]]]:
     """Each cgroup mount: (fstype, root within its hierarchy, mount point, super options)."""
     out: list[tuple[str, str, str, set[str]]] = []
-    try:
-        with open(MOUNTINFO, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return out
-    for line in lines:
+    for line in _lines(MOUNTINFO):
         left, sep, right = line.partition(" - ")
         parts, tail = left.split(), right.split()
         if not sep or len(parts) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
@@ -75,12 +79,7 @@ def _mounts() -> list[tuple[str, str, str, set[str]]]:
 def _own() -> dict[str, str]:
     """The daemon's cgroup path in each hierarchy, by controller ('' for v2's)."""
     out: dict[str, str] = {}
-    try:
-        with open(OWN, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return out
-    for line in lines:
+    for line in _lines(OWN):
         _, _, rest = line.partition(":")
         names, _, path = rest.partition(":")
         for name in names.split(",") if names else [""]:
