@@ -115,3 +115,12 @@ def test_a_daemon_killed_while_filing_a_group_loses_nothing(
     assert not list((shared.spool / "corrupt").iterdir()), reasons(shared)
     assert not list((shared.spool / "pickup").iterdir())
     assert daemon.proc.poll() is None and "stopped" not in daemon.text()
+
+
+def test_the_owner_waits_for_a_submission_still_in_the_drop(shared: Taskq, stamps: Path) -> None:
+    """No daemon runs: the owner's `wait` of a member's submission waits (and times out, 124)
+    rather than saying there is no such task (3), as the member's own wait does."""
+    task_id = put(shared, stamps)
+    proc = shared.run("wait", "--timeout", "1s", task_id, check=False)
+    assert proc.returncode == 124, proc.stderr.decode()
+    assert b"still in the drop" in proc.stderr

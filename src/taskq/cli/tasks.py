@@ -268,7 +268,7 @@ def wait_command(
     """Wait until the tasks end; print how each ended; exit as the EXIT STATUS table says."""
     spool = spool_of(ctx)
     seconds = None if timeout is None else timeout / SECOND
-    if spool.member():  # what is still in the drop is waited for there first
+    if spool.shared():  # what is still in the drop is waited for there first, by anyone
         locate = functools.partial(byid.locate, spool)
         task_ids = tuple(member.settle(spool, t, locate, seconds).name.id for t in task_ids)
     results: list[tuple[str, int | None]] = []
