@@ -16,7 +16,7 @@ traceback. At the end, fsck repairs the rest, every operator command runs
 clean, and a restarted daemon does the same again. A separate property
 does the same for config.toml.
 
-Derandomised, TASKQ_FUZZ_SPOOL examples (default 8, beside the issue's
+Derandomised, TASKQ_FUZZ_SPOOL examples (default 24, beside the issue's
 reproductions); raise it for a
 longer run (README, "Testing").
 """
@@ -47,7 +47,7 @@ from taskq.spool.layout import Spool
 from taskq.spool.pause import read as read_pause
 from taskq.spool.task import MAX_BODY, TaskBody, TaskName, bucket_of, day_of, new_id
 
-EXAMPLES = int(os.environ.get("TASKQ_FUZZ_SPOOL", "8"))  # ~95 s at load 5: CI budget
+EXAMPLES = int(os.environ.get("TASKQ_FUZZ_SPOOL", "24"))  # two dozen: ~3.5 min of one CI worker
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
