@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from taskq.client import batch
 from taskq.errors import BadInput, CorruptFile
@@ -85,3 +87,34 @@ def test_each_limit_needs_its_controller() -> None:
     assert Resources(memory_max=1 << 20).controllers() == {"memory"}
     assert Resources(cpu_weight=5, cpu_max=10).controllers() == {"cpu"}
     assert Resources(tasks_max=5).controllers() == {"pids"}
+
+
+HOSTILE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8)
+    | st.sampled_from(["\0", "50M", "1e400", "-1", "0x10"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from([*resources.NAMES, "io_max", ""]), inner, max_size=4)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(deadline=None)
+@given(HOSTILE)
+def test_whatever_limits_a_file_holds_the_reader_refuses_or_keeps_in_range(limits: Any) -> None:
+    """A hand-written or hostile body's limits: CorruptFile, or values the cgroup files take."""
+    data = json.dumps(body_doc(limits), allow_nan=True).encode()
+    try:
+        kept = TaskBody.from_json(data).limits
+    except CorruptFile:
+        return
+    if kept is None:  # no limits (null or an empty object)
+        return
+    ranges = (resources.MEMORY_MAX, resources.CPU_WEIGHT, resources.CPU_MAX, resources.TASKS_MAX)
+    for value, (low, high) in zip(kept, ranges, strict=True):
+        assert value is None or (type(value) is int and low <= value <= high), kept
