@@ -256,19 +256,41 @@ def _uses_a_bed(item: pytest.Item) -> bool:
     )
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist, every test of a shared-filesystem bed runs in one worker.
 
     A bed (GlusterFS, JuiceFS, CephFS) is session-scoped and uses machine-wide
     state (glusterd's /var/lib/glusterd, the /run/netns mount): two workers
     bringing up their own would collide and each would pay the set-up. Grouped,
-    one worker brings each bed up once while the other runs the rest.
+    one worker brings each bed up once while the other runs the rest. The group
+    goes first: the scheduler hands out work in collection order, and the
+    longest unit taken last would leave the other worker idle at the end.
     """
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    for item in items:
-        if _uses_a_bed(item):
-            item.add_marker(pytest.mark.xdist_group("beds"))
+    beds = [item for item in items if _uses_a_bed(item)]
+    for item in beds:
+        item.add_marker(pytest.mark.xdist_group("beds"))
+    grouped = set(beds)
+    items[:] = beds + [item for item in items if item not in grouped]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In a worker under --dist=loadgroup, stop at once if the grouping did not take.
+
+    pytest-xdist groups by a suffix it writes into each node id; a pytest that
+    keeps node ids elsewhere drops it silently (pytest-dev/pytest-xdist#1386),
+    and the beds would then be brought up twice, by both workers, at once.
+    """
+    if not hasattr(session.config, "workerinput") or not session.config.getvalue("loadgroup"):
+        return
+    lost = [item.nodeid for item in session.items if _uses_a_bed(item) and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist did not group {lost[0]} with the other bed tests"
+            f" (pytest {pytest.__version__}; see pyproject.toml's test extra)"
+        )
 
 
 def run_until_it_dies(tq: Taskq, log: Path, point: str) -> int:
