@@ -20,10 +20,18 @@ from hypothesis import strategies as st
 from taskq.client.request import accepted
 from taskq.errors import BadInput, CorruptFile
 from taskq.spool import fields
-from taskq.spool.task import TaskBody, new_id
+from taskq.spool.task import TaskBody
 
+# A fixed id: the bodies below name the tests, and every xdist worker must
+# collect the same names.
 GOOD = json.loads(
-    TaskBody(id=new_id(0), argv=["true"], run_at=0, submitted_at=0, env={"PATH": "/bin"}).to_json()
+    TaskBody(
+        id="01M8SNPDKJBW15Y4JK0JXG8ATB",
+        argv=["true"],
+        run_at=0,
+        submitted_at=0,
+        env={"PATH": "/bin"},
+    ).to_json()
 )
 
 SURROGATES: tuple[Literal["Cs"]] = ("Cs",)  # no lone surrogates: not UTF-8
