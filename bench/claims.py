@@ -16,10 +16,14 @@ clock when it starts. It reports, per run:
   failed with ENOENT (a lost race, as issue 26 counted them) per task, those
   refused with EINVAL (RENAME_NOREPLACE on a filesystem without it, each
   followed by a plain rename) per task, and all renames per task;
+* the machine's 1-minute load average as the run began and as it ended;
 * on GlusterFS (--fs gluster; needs root, /dev/fuse and glusterfs-server),
   the brick's file operations per task from `gluster volume profile`.
 
-    python bench/claims.py [-k 1 2 4 8] [-n 2000] [--fs local|gluster] [--strace]
+A run that has not drained after --limit seconds is stopped and its row
+says how many tasks were done by then.
+
+    python bench/claims.py [-k 1 2 4 8] [-n 2000] [--fs local|gluster] [--strace] [--limit S]
 """
 
 from __future__ import annotations
@@ -64,15 +68,19 @@ class Result:
     refused_renames: int | None
     fops: int | None
     cpu: float = 0.0  # CPU seconds of the daemons and their attempts, per task
+    finished: int = 0  # tasks in done/ when the run stopped: fewer than tasks if it timed out
+    load: tuple[float, float] = (0.0, 0.0)  # the 1-minute load average as it began and ended
 
 
 def pct(xs: list[float], p: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(p * len(xs)))]
 
 
-def run_once(roots: list[Path], k: int, n: int, tmp: Path, use_strace: bool) -> Result:
+def run_once(
+    roots: list[Path], k: int, n: int, tmp: Path, use_strace: bool, limit: float
+) -> Result:
     stamps = tmp / f"stamps-{k}"
-    cpu0 = _children_cpu()
+    cpu0, load0 = _children_cpu(), os.getloadavg()[0]
     procs, logs, traces = [], [], []
     for i in range(k):
         log, trace = tmp / f"d{k}-{i}.log", tmp / f"d{k}-{i}.strace"
@@ -106,8 +114,8 @@ def run_once(roots: list[Path], k: int, n: int, tmp: Path, use_strace: bool) -> 
         ).stdout.split()
         queue_of = {i.decode(): f"q{j % 2}" for j, i in enumerate(out)}
         done = roots[-1] / "done"
-        deadline = time.time() + 600
-        while _count(done) < n and time.time() < deadline:
+        deadline = time.time() + limit
+        while (finished := _count(done)) < n and time.time() < deadline:
             time.sleep(0.05)
         drain = time.time() - due
     finally:
@@ -142,9 +150,12 @@ def run_once(roots: list[Path], k: int, n: int, tmp: Path, use_strace: bool) -> 
                 failed += " = -1 ENOENT" in line  # a lost race, whichever rename
                 refused += " = -1 EINVAL" in line  # RENAME_NOREPLACE refused: a plain one follows
     fairness = abs(medians[0] - medians[1]) / drain
-    return Result(
+    result = Result(
         k, n, drain, late, fairness, won, lost, renames, lost_renames, failed, refused, None, cpu
     )
+    result.finished = finished
+    result.load = (load0, os.getloadavg()[0])
+    return result
 
 
 def _children_cpu() -> float:
@@ -172,8 +183,11 @@ def _count(done: Path) -> int:
 
 def report(r: Result, fs: str) -> str:
     runs = len(r.late)
+    drain = f"{r.drain:.1f} s"
+    if r.finished < r.tasks:
+        drain = f"> {r.drain:.0f} s ({r.finished} done)"
     row = (
-        f"| {fs} | {r.daemons} | {r.tasks} | {r.drain:.1f} s | "
+        f"| {fs} | {r.daemons} | {r.tasks} | {drain} | "
         f"{pct(r.late, 0.5) * 1e3:.0f} / {pct(r.late, 0.99) * 1e3:.0f} / "
         f"{max(r.late) * 1e3:.0f} ms | {sum(x < 0 for x in r.late)} | {r.fairness:.3f} | "
         f"{r.cpu * 1e3:.1f} ms | {r.lost / max(runs, 1):.3f} |"
@@ -185,14 +199,15 @@ def report(r: Result, fs: str) -> str:
     else:
         row += " - | - | - | - |"
     row += f" {r.fops / runs:.1f} |" if r.fops is not None else " - |"
+    row += f" {r.load[0]:.0f}-{r.load[1]:.0f} |"
     return row
 
 
 HEADER = (
     "| fs | daemons | tasks | drain | lateness p50/p99/max | early | fairness | CPU/task "
     "| claims lost/task (counters) | lost claims/task (strace) | ENOENT renames/task "
-    "| EINVAL renames/task | renames/task | brick fops/task |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| EINVAL renames/task | renames/task | brick fops/task | load |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -221,6 +236,12 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=2000, help="tasks in the burst (default 2000)")
     parser.add_argument("--fs", choices=("local", "gluster"), default="local")
     parser.add_argument("--strace", action="store_true", help="count renames with strace")
+    parser.add_argument(
+        "--limit",
+        type=float,
+        default=1800.0,
+        help="seconds a run may take to drain before its row is reported unfinished (1800)",
+    )
     args = parser.parse_args()
     print(HEADER)
     with tempfile.TemporaryDirectory(prefix="taskq-claims-") as tmp_name:
@@ -232,13 +253,13 @@ def main() -> None:
                 for k in args.k:
                     roots = [d / "spool" for d in bed.fresh_dir(f"claims{k}")]
                     gluster_fops(bed, "start")
-                    r = run_once(roots, k, args.n, tmp, args.strace)
+                    r = run_once(roots, k, args.n, tmp, args.strace, args.limit)
                     r.fops = gluster_fops(bed, "read")
                     print(report(r, "GlusterFS"), flush=True)
             return
         for k in args.k:
             root = tmp / f"spool-{k}"
-            r = run_once([root], k, args.n, tmp, args.strace)
+            r = run_once([root], k, args.n, tmp, args.strace, args.limit)
             print(report(r, "local"), flush=True)
             shutil.rmtree(root, ignore_errors=True)
 
