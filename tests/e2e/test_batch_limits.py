@@ -182,6 +182,13 @@ def test_bad_config_is_exit_78(tq: Taskq, text: str, message: str) -> None:
     assert pending(tq.spool) == []
 
 
+@pytest.mark.parametrize("data", [b"", b"\n  \n"])
+def test_an_empty_batch_accepts_nothing_and_exits_0(tq: Taskq, data: bytes) -> None:
+    proc = tq.run("submit", "--batch", "-", input=data, check=False)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")
+    assert pending(tq.spool) == []
+
+
 def test_batch_bodies_are_real_bodies(tq: Taskq) -> None:
     tq.run("submit", "--batch", "-", input=ndjson({"command": ["printf", "%s", "x y"]}))
     [path] = pending(tq.spool)

@@ -221,7 +221,8 @@ def submit_command(ctx: click.Context, /, **opts: Any) -> None:
         lines = [json.dumps(doc) for doc in docs]
     else:
         lines = [name.id for name, _ in results]
-    output.done("\n".join(lines), _submitted(results))  # one write for a batch's ids
+    if lines:  # (an empty batch accepts nothing and prints nothing)
+        output.done("\n".join(lines), _submitted(results))  # one write for a batch's ids
 
 
 def _submitted(results: list[tuple[TaskName, bool]]) -> str:

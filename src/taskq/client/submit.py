@@ -25,10 +25,6 @@ from taskq.spool.task import TaskBody, TaskName
 if TYPE_CHECKING:
     from taskq.client.rekey import KeyPolicy  # only with --key-for or --on-key
 
-_PUBLISH_TRIES = (
-    1000  # a daemon removes a bucket at most once a rescan; 1000 losses in a row is no race
-)
-
 
 def submit(
     spool: Spool, body: TaskBody, group: int | None = None, policy: KeyPolicy | None = None
@@ -114,34 +110,35 @@ def publish(spool: Spool, tmp: str, name: TaskName) -> bool:
     return published
 
 
-def _place(
-    spool: Spool, tmp: str, name: TaskName, ensured: set[str] | None = None, hint: bool = True
-) -> bool:
+_PUBLISH_TRIES = (
+    1000  # a daemon removes a bucket at most once a rescan; 1000 losses in a row is no race
+)
+
+
+def _place(spool: Spool, tmp: str, name: TaskName, hint: bool = True) -> bool:
     """Rename tmp into its bucket (no sync); False if someone else did it first.
 
     The id's hint (hints.py) is written first, so a published task has one
-    unless a crash loses it; it is not synced (a lookup without it searches).
-    A batch passes the buckets it has made sure of already (`ensured`), and
-    hint=False for a task whose hint it wrote with its body.
+    unless a crash loses it; it is not synced (a lookup without it
+    searches). hint=False: the caller wrote it already.
     """
     bucket = spool.bucket_dir(name.bucket)
     published = f"{bucket}/{name}"
     if hint:
         hints.point_name(spool, name)
     for _ in range(_PUBLISH_TRIES):
-        if ensured is None or bucket not in ensured:
-            fsutil.ensure_dir(bucket)  # a link or a file there is refused (CorruptFile)
-            if ensured is not None:
-                ensured.add(bucket)
+        fsutil.ensure_dir(bucket)  # a link or a file there is refused (CorruptFile)
         try:
             fsutil.rename_fresh(tmp, published)
             return True
         except FileNotFoundError:
             if not os.path.exists(tmp):
                 return False
-            if ensured is not None:
-                ensured.discard(bucket)  # a daemon removed it empty meanwhile: make it again
     raise OSError(f"bucket {bucket} keeps vanishing")
+
+
+def _place_unhinted(spool: Spool, tmp: str, name: TaskName) -> bool:
+    return _place(spool, tmp, name, hint=False)
 
 
 def _first_of_each_key(bodies: list[TaskBody]) -> tuple[list[int], dict[int, int]]:
@@ -176,59 +173,90 @@ def submit_batch(
     claimed cannot be withdrawn and keeps its key. groups: each task
     file's group, as submit's group (the pickup filing members' tasks).
     """
+    from taskq.client import placing  # only for a batch: off a plain submit's start-up
+
     names = [TaskName(b.run_at, b.id, 1, b.queue) for b in bodies]
     results: list[tuple[TaskName, bool] | None] = [None] * len(bodies)
     todo, repeats = _first_of_each_key(bodies)
-    tmps = {i: spool.tmp_body(bodies[i].id) for i in todo}
     bound: dict[int, str] = {}
+    tmp_fd = -1
     try:
         if any(b.priority for b in bodies):
             spool.mark_ranked()
+        tmp_fd = fsutil.open_dir(spool.tmp)
+        entries = {i: spool.tmp_entry(bodies[i].id) for i in todo}
         mine = None if groups is None else [groups[i] for i in todo]
-        _write_bodies(spool, [(tmps[i], bodies[i], names[i]) for i in todo], mine)
-        fsutil.syncfs(spool.root)
+        _write_bodies(spool, tmp_fd, [(entries[i], bodies[i], names[i]) for i in todo], mine)
+        fsutil.syncfs_fd(tmp_fd, spool.root)
         crash_point("submit.written")
-        keyed = [i for i in todo if bodies[i].key is not None]
-        for i in keyed:
-            uid = _keyholder(bodies[i])
-            existing = _bind_key(spool, str(bodies[i].key), names[i], sync=False, uid=uid)
-            if existing is None or existing.id == bodies[i].id:  # (ours, filed again)
-                bound[i] = key_path(spool, str(bodies[i].key), uid)
-            else:
-                results[i] = (existing, False)
-                os.unlink(tmps[i])
-        if keyed:
-            fsutil.syncfs(spool.root)
-            crash_point("submit.key-bound")
-        ensured: set[str] = set()
-        for i in todo:
-            if results[i] is None:
-                _place(spool, tmps[i], names[i], ensured, hint=bodies[i].key is not None)
-                results[i] = (names[i], True)
-                crash_point("submit.renamed")
-        fsutil.syncfs(spool.root)
+        _bind_keys(spool, tmp_fd, bodies, names, [i for i in todo if bodies[i].key], results, bound)
+        order = [i for i in todo if results[i] is None]
+        hints.point_names(spool, [names[i] for i in order if bodies[i].key is not None])
+
+        def placed(j: int) -> None:
+            results[order[j]] = (names[order[j]], True)
+            crash_point("submit.renamed")
+
+        placing.place_all(
+            spool, tmp_fd, [(entries[i], names[i]) for i in order], placed, _place_unhinted
+        )
+        fsutil.syncfs_fd(tmp_fd, spool.root)
         crash_point("submit.synced")
         for i, first in repeats.items():
             results[i] = (results[first] or (names[first], True))[0], False
     except BaseException as e:  # nothing of a refused batch may stay behind
         for i in todo:
-            if _withdraw(spool, tmps[i], names[i]) and i in bound:
+            if _withdraw(spool, spool.tmp_body(bodies[i].id), names[i]) and i in bound:
                 with contextlib.suppress(OSError):
                     os.unlink(bound[i])
         if isinstance(e, OSError):
             raise fsutil.as_taskq_error(e, f"cannot submit to {spool.root}") from None
         raise
+    finally:
+        if tmp_fd >= 0:
+            os.close(tmp_fd)
     spool.ring()
     return [r for r in results if r is not None]
+
+
+def _bind_keys(
+    spool: Spool,
+    tmp_fd: int,
+    bodies: list[TaskBody],
+    names: list[TaskName],
+    keyed: list[int],
+    results: list[tuple[TaskName, bool] | None],
+    bound: dict[int, str],
+) -> None:
+    """Bind the keys of a batch's keyed tasks, then sync once; a key held already answers its line.
+
+    A line whose key names another task gets that task as its result, and
+    its body is removed; a bound key's path goes into `bound` (withdrawn
+    with its task if the batch fails).
+    """
+    for i in keyed:
+        uid = _keyholder(bodies[i])
+        existing = _bind_key(spool, str(bodies[i].key), names[i], sync=False, uid=uid)
+        if existing is None or existing.id == bodies[i].id:  # (ours, filed again)
+            bound[i] = key_path(spool, str(bodies[i].key), uid)
+        else:
+            results[i] = (existing, False)
+            os.unlink(spool.tmp_entry(bodies[i].id), dir_fd=tmp_fd)
+    if keyed:
+        fsutil.syncfs_fd(tmp_fd, spool.root)
+        crash_point("submit.key-bound")
 
 
 HINT_THREAD = 64  # a batch this long writes its hints on a thread of their own
 
 
 def _write_bodies(
-    spool: Spool, todo: list[tuple[str, TaskBody, TaskName]], groups: list[int | None] | None
+    spool: Spool,
+    tmp_fd: int,
+    todo: list[tuple[str, TaskBody, TaskName]],
+    groups: list[int | None] | None,
 ) -> None:
-    """Write a batch's bodies in tmp/ (unsynced), and the hints of those without a key.
+    """Write a batch's bodies in tmp/ (unsynced, through tmp_fd), and the hints of the unkeyed.
 
     A hint is a file to create, as a body is, and creating files is most of
     a batch's time. Hints go into ids/ and bodies into tmp/, so the
@@ -245,13 +273,14 @@ def _write_bodies(
         hinter = threading.Thread(target=_write_hints, args=(spool, unkeyed), name="taskq-hints")
         hinter.start()
     try:
+        write = fsutil.write_new
         if groups is None:
-            for tmp, body, _ in todo:
-                fsutil.write_new(tmp, body.to_json(), sync=False)
+            for entry, body, _ in todo:
+                write(entry, body.to_json(), sync=False, dir_fd=tmp_fd)
         else:
-            for (tmp, body, _), group in zip(todo, groups, strict=True):
+            for (entry, body, _), group in zip(todo, groups, strict=True):
                 mode = 0o600 if group is None else 0o640
-                fsutil.write_new(tmp, body.to_json(), mode, sync=False, group=group)
+                write(entry, body.to_json(), mode, sync=False, group=group, dir_fd=tmp_fd)
     finally:
         if hinter is not None:
             hinter.join()

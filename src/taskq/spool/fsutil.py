@@ -184,14 +184,16 @@ def write_new(
     owner: int | None = None,
     group: int | None = None,
     exact_mode: bool = False,
+    dir_fd: int | None = None,
 ) -> None:
     """Create path exclusively, write data and (by default) fsync it.
 
     Its mode is `mode` less the umask, or exactly `mode` with exact_mode.
     An owner or group given is set on the new file's descriptor before it
-    holds anything (a root daemon's file for one member to read).
+    holds anything (a root daemon's file for one member to read). With
+    dir_fd, path is relative to that open directory (a batch's tmp/).
     """
-    fd = os.open(path, _NEW, mode)
+    fd = os.open(path, _NEW, mode, dir_fd=dir_fd)
     try:
         if owner is not None or group is not None:
             os.fchown(fd, -1 if owner is None else owner, -1 if group is None else group)
@@ -208,7 +210,7 @@ def write_new(
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):  # the write's error is the one to report
-            os.unlink(path)
+            os.unlink(path, dir_fd=dir_fd)
         raise
     os.close(fd)
 

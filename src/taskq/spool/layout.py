@@ -266,6 +266,11 @@ class Spool:
         """tmp/ID.task: a submission's body until it is published."""
         return f"{self.tmp}/{task_id}{BODY_SUFFIX}"
 
+    @staticmethod
+    def tmp_entry(task_id: str) -> str:
+        """ID.task: tmp_body's name within tmp/ (a batch writes through tmp/'s descriptor)."""
+        return f"{task_id}{BODY_SUFFIX}"
+
     def log_dir(self, task_id: str) -> str:
         return f"{self.logs}/{_checked_id(task_id)}"
 
