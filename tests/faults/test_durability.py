@@ -20,7 +20,7 @@ from conftest import TASKQ, Taskq
 pytestmark = pytest.mark.skipif(
     shutil.which("strace") is None, reason="strace (Debian package strace) is missing"
 )
-CALLS = "trace=openat,fsync,fdatasync,syncfs,rename,renameat2,link,write,execve"
+CALLS = "trace=openat,fsync,fdatasync,syncfs,rename,renameat,renameat2,link,write,execve"
 
 
 def traced(tq: Taskq, trace: Path, *args: str) -> subprocess.Popen[bytes]:
