@@ -77,8 +77,8 @@ def test_lost_hints_are_searched_for_and_rebuilt_by_fsck(tq: Taskq) -> None:
     assert tq.run("show", "0" * 24 + "ZZ", check=False).returncode == 3
 
 
-def test_a_long_batch_writes_every_hint_and_a_keyed_line_only_its_own(tq: Taskq) -> None:
-    """A batch of 64 or more writes hints on a second thread; a key hit leaves none behind."""
+def test_a_long_batch_writes_one_hint_file_and_a_keyed_line_only_its_own_link(tq: Taskq) -> None:
+    """A batch's ids follow one another: one file holds their hints; a key hit leaves none."""
     first = tq.submit("--key", "k1", "--in", "1h", "--", "true")
     lines = [{"command": ["true"], "in": 3600 + i * 61} for i in range(100)]
     lines += [{"command": ["true"], "key": "k1"}, {"command": ["true"], "key": "k2"}]
@@ -90,8 +90,31 @@ def test_a_long_batch_writes_every_hint_and_a_keyed_line_only_its_own(tq: Taskq)
         hint = hints.read_hint(spool, task_id)
         assert hint is not None
         assert os.path.exists(os.path.join(spool.bucket_dir(hint.bucket), str(hint)))
-    links = {p.name for p in (tq.spool / "ids").glob("*/*")}
-    assert links == {first, *ids}  # no hint of an id that a key hit never published
+    links = {p.name for p in (tq.spool / "ids").glob("[0-9A-Z]*/*")}
+    assert links == {first, ids[101]}  # no hint of an id that a key hit never published
+    [batch] = (tq.spool / "ids").glob("+*/*")
+    assert batch.name == f"{ids[0]}.100.34" and batch.parent.name == f"+{ids[0][:10]}"
+    assert tq.show(ids[50])["state"] == "pending" and tq.run("fsck").returncode == 0
+
+
+@pytest.mark.slow
+def test_a_batch_hint_gives_way_to_a_later_link_and_fsck_removes_it_with_its_tasks(
+    tq: Taskq,
+) -> None:
+    data = "".join(json.dumps({"command": ["true"], "in": 3600 + i}) + "\n" for i in range(20))
+    ids = tq.run("submit", "--batch", "-", input=data.encode()).stdout.decode().split()
+    tq.run("reschedule", ids[3], "--in", "5h")  # its own link now, the batch's record stale
+    assert hint_of(tq, ids[3]) == Path(tq.show(ids[3])["path"]).name
+    [batch] = (tq.spool / "ids").glob("+*/*")
+    (batch.parent / "junk").write_text("")
+    out = tq.run("fsck", check=False).stdout.decode()
+    assert "not a batch's hints: removed" in out and "has no hint" not in out and batch.exists()
+    for path in tq.spool.glob("pending/*/*"):
+        path.unlink()  # every task of the batch gone (by hand)
+    out = tq.run("fsck", check=False).stdout.decode()
+    assert f"ids/{batch.parent.name}/{batch.name}: names no task that is left: removed" in out
+    assert not batch.exists()
+    assert tq.run("show", ids[0], check=False).returncode == 3
 
 
 @pytest.mark.slow

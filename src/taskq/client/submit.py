@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import threading
 from typing import TYPE_CHECKING
 
 from taskq.errors import CorruptFile, NotFound
@@ -247,47 +246,29 @@ def _bind_keys(
         crash_point("submit.key-bound")
 
 
-HINT_THREAD = 64  # a batch this long writes its hints on a thread of their own
-
-
 def _write_bodies(
     spool: Spool,
     tmp_fd: int,
     todo: list[tuple[str, TaskBody, TaskName]],
     groups: list[int | None] | None,
 ) -> None:
-    """Write a batch's bodies in tmp/ (unsynced, through tmp_fd), and the hints of the unkeyed.
+    """Write a batch's bodies in tmp/ (unsynced, through tmp_fd), after the hints of the unkeyed.
 
-    A hint is a file to create, as a body is, and creating files is most of
-    a batch's time. Hints go into ids/ and bodies into tmp/, so the
-    filesystem creates them side by side: a long batch writes its hints on
-    a second thread. A task with a key gets its hint when it is placed,
-    once the key is known to be its own. Each hint names the task as it
-    will be published; until then a lookup finds no task, as it should.
+    A batch's ids follow one another, so their hints are one file for the
+    lot (hints.point_batch), not a link each. A task with a key gets its
+    hint when it is placed, once the key is known to be its own. Each hint
+    names the task as it will be published; until then a lookup finds no
+    task, as it should.
     """
-    unkeyed = [name for _, body, name in todo if body.key is None]
-    if len(unkeyed) < HINT_THREAD:
-        _write_hints(spool, unkeyed)
-        hinter = None
+    hints.point_batch(spool, [name for _, body, name in todo if body.key is None])
+    write = fsutil.write_new
+    if groups is None:
+        for entry, body, _ in todo:
+            write(entry, body.to_json(), sync=False, dir_fd=tmp_fd)
     else:
-        hinter = threading.Thread(target=_write_hints, args=(spool, unkeyed), name="taskq-hints")
-        hinter.start()
-    try:
-        write = fsutil.write_new
-        if groups is None:
-            for entry, body, _ in todo:
-                write(entry, body.to_json(), sync=False, dir_fd=tmp_fd)
-        else:
-            for (entry, body, _), group in zip(todo, groups, strict=True):
-                mode = 0o600 if group is None else 0o640
-                write(entry, body.to_json(), mode, sync=False, group=group, dir_fd=tmp_fd)
-    finally:
-        if hinter is not None:
-            hinter.join()
-
-
-def _write_hints(spool: Spool, names: list[TaskName]) -> None:
-    hints.point_names(spool, names)  # never fails
+        for (entry, body, _), group in zip(todo, groups, strict=True):
+            mode = 0o600 if group is None else 0o640
+            write(entry, body.to_json(), mode, sync=False, group=group, dir_fd=tmp_fd)
 
 
 def _keyholder(body: TaskBody) -> int:

@@ -257,9 +257,16 @@ class Checker:
                 hints.point(self.spool, task_id, path)  # rewritten (in the current form)
         for shard in fsutil.listdir(self.spool.ids):
             directory = os.path.join(self.spool.ids, shard)
+            if shard.startswith("+"):  # a batch's hints: kept while one of its ids is a task's
+                for path, why in hints.batch_problems(directory, self.taken):
+                    self.remove(path, f"{self.rel(path)}: {why}")
+                continue
             for entry in fsutil.listdir(directory):
                 if not stray(entry):
                     self.hint(directory, entry)
+
+    def taken(self, task_id: str) -> bool:  # a task's id, or a submission's in flight
+        return task_id in self.seen or task_id in self.moved or in_flight(self.spool, task_id)
 
     def hint(self, directory: str, entry: str) -> None:
         path = os.path.join(directory, entry)
@@ -269,10 +276,8 @@ class Checker:
         if not os.path.islink(path):
             self.remove(path, f"{self.rel(path)}: a hint must be a symbolic link")
             return
-        if entry in self.seen or entry in self.moved:
+        if self.taken(entry):
             return
-        if os.path.exists(self.spool.tmp_body(entry)):
-            return  # a submission in flight: the hint comes before its task
         hint = hints.read_hint(self.spool, entry)
         if hint is None:
             self.remove(path, f"{self.rel(path)}: does not point at a task file")
@@ -295,6 +300,11 @@ class Checker:
             return  # none (yet), or no directory around it
         if not stat.S_ISREG(st.st_mode):
             self.quarantine(path, "a journal that is not a regular file")
+
+
+def in_flight(spool: Spool, task_id: str) -> bool:
+    """Whether a submission of this id is in flight: its hint comes before its task."""
+    return os.path.exists(spool.tmp_body(task_id))
 
 
 def check(spool: Spool, now: int, dry_run: bool = False) -> Report:

@@ -20,6 +20,7 @@
       logs/ID/owner                the uid the id belongs to
       keys/UID-HASH                an idempotency key: the NAME it bound
       ids/XY/ID                    a hint: a symlink to RUN_AT_ATTEMPT_QUEUE
+      ids/+MS/FIRST.COUNT.WIDTH    a batch's hints: a record for each id from FIRST
       run/HOST_PID.lock .probe .status   a daemon's lock, clock probe, health
       run/counts.tsv               taskq stats' cache of counts
       schedules/NAME/schedule.json state.json journal
@@ -281,6 +282,10 @@ class Spool:
     def hint_dir(self, task_id: str) -> str:
         """ids/XY: the id's last two characters, random, spread ids over 1,024 directories."""
         return f"{self.ids}/{task_id[-2:]}"
+
+    def batch_hint_dir(self, task_id: str) -> str:
+        """ids/+MS: the hint files of the batches whose ids begin with task_id's milliseconds."""
+        return f"{self.ids}/+{task_id[:10]}"
 
     def hint_path(self, task_id: str) -> str:
         return f"{self.hint_dir(task_id)}/{task_id}"
