@@ -25,8 +25,8 @@ def spool(tmp_path: Path) -> Spool:
 
 def run_of(n: int, skip: frozenset[int] = frozenset()) -> list[TaskName]:
     """n names with ids one after another, as a batch draws them, less those skipped."""
-    first = decode_id(new_id(NOW))
-    return [TaskName(NOW + i * MINUTE, encode_id(first + i), 1) for i in range(n) if i not in skip]
+    ids = [new_id(NOW) for _ in range(n)]  # one millisecond's: each the last plus one
+    return [TaskName(NOW + i * MINUTE, ids[i], 1) for i in range(n) if i not in skip]
 
 
 def test_a_run_gets_one_file_and_each_id_its_record(spool: Spool) -> None:
@@ -42,7 +42,9 @@ def test_a_run_gets_one_file_and_each_id_its_record(spool: Spool) -> None:
 
 
 def test_a_short_run_or_ids_apart_get_links(spool: Spool) -> None:
-    names = [*run_of(3), TaskName(NOW, new_id(NOW + 10**6), 1)]
+    names = run_of(3)
+    later = encode_id(decode_id(names[-1].id) + (1000 << 80))  # a second later's
+    names.append(TaskName(NOW, later, 1))
     hints.point_batch(spool, names)
     assert not [d for d in os.listdir(spool.ids) if d.startswith("+")]
     assert [hints.read_hint(spool, n.id) for n in names] == names
