@@ -1,8 +1,9 @@
 """The attempts a daemon watches: spawn, reap, timeouts, stopping, adopted orphans.
 
-An attempt is the daemon's own child (reaped with waitpid) or an orphan it
-adopted after taking over a claim whose attempt still runs (watched through
-a pidfd, or by polling its supervisor's lock when its pid is unknown). This
+An attempt is the daemon's own: its keeper's (whose ends the keeper tells)
+or its sh supervisor, a child reaped with waitpid; or an orphan it adopted
+after taking over a claim whose attempt still runs (watched through a
+pidfd, or by polling its supervisor's lock when its pid is unknown). This
 module signals process groups and reports ended attempts; what becomes of
 the task is decided elsewhere (policy) and carried out elsewhere (settle).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from taskq.daemon import runner
 from taskq.daemon.cgroups import Group
 from taskq.daemon.confinement import Confinement
+from taskq.daemon.keeperlink import KeeperLink
 from taskq.spool import attemptfiles
 from taskq.spool.runas import RunAs
 from taskq.spool.task import ClaimName, TaskBody
@@ -51,6 +54,8 @@ class Running:
     killed: bool = False
     notes: list[str] = field(default_factory=list)
     group: Group | None = None  # its cgroup, if its task asks for limits
+    kept: bool = False  # the keeper supervises it: its end comes from the keeper
+    proc_start: int | None = None  # its pid's start time (guards a kill against pid reuse)
 
 
 class Attempts:
@@ -70,6 +75,7 @@ class Attempts:
         self.children: dict[int, Running] = {}
         self.adopted: dict[str, Running] = {}
         self.handed: set[int] = set()  # children another daemon here watches now: reap only
+        self.keeper = KeeperLink(watch, unwatch)
 
     def __len__(self) -> int:
         return len(self.children) + len(self.adopted)
@@ -93,9 +99,9 @@ class Attempts:
             self.watch(run.pidfd, ("adopted", run.body.id))
         self.adopted[run.body.id] = run
 
-    def reap(self) -> list[tuple[Running, int]]:
-        """Our children that ended, with their exit codes (negative: a signal)."""
-        ended = []
+    def reap(self) -> list[tuple[Running, int | None]]:
+        """Our attempts that ended, with their exit codes (negative: a signal; None: lost)."""
+        ended = self._kept_ended()
         while self.children or self.handed:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -108,6 +114,30 @@ class Attempts:
             if run is not None:
                 self.end_group(run)
                 ended.append((run, os.waitstatus_to_exitcode(status)))
+        return ended
+
+    def _kept_ended(self) -> list[tuple[Running, int | None]]:
+        """The keeper's attempts it saw end; all the others it had, if it is gone.
+
+        A dead keeper recorded no status for what it ran: each of its
+        attempts is killed by process group (if its pid is still its own)
+        so that none runs on beside a retry, and is lost.
+        """
+        ends, gone = self.keeper.ended()
+        ended: list[tuple[Running, int | None]] = []
+        for pid, code in ends:
+            run = self.children.get(pid)
+            if run is not None and run.kept:
+                del self.children[pid]
+                ended.append((run, code))
+        if gone:
+            for pid, run in list(self.children.items()):
+                if run.kept:
+                    del self.children[pid]
+                    if runner.proc_start_time(pid) == run.proc_start:
+                        runner.kill_group(pid, signal.SIGKILL)
+                    run.notes.append("lost: its keeper died; its process group was killed")
+                    ended.append((run, None))
         return ended
 
     def _find_group(self, run: Running) -> None:
@@ -123,9 +153,17 @@ class Attempts:
             run.group = None
 
     def adopted_ended(self, log_dir: str, task_id: str) -> bool:
-        """Whether an adopted attempt's supervisor is gone (then forget it)."""
+        """Whether an adopted attempt's supervisor is gone (then forget it).
+
+        A keeper's command may end a moment before the keeper has written its
+        status: then the lock is polled, no longer the pidfd (readable for good).
+        """
         run = self.adopted[task_id]
         if attemptfiles.supervisor_alive(log_dir, run.claim.task.attempt):
+            if run.pidfd is not None and _ended(run.pidfd):
+                self.unwatch(run.pidfd)
+                os.close(run.pidfd)
+                run.pidfd = None
             return False
         del self.adopted[task_id]
         if run.pidfd is not None:
@@ -143,7 +181,8 @@ class Attempts:
         """
         if run.pid is not None and self.children.get(run.pid) is run:
             del self.children[run.pid]
-            self.handed.add(run.pid)
+            if not run.kept:  # the keeper reaps its own
+                self.handed.add(run.pid)
         elif self.adopted.get(run.body.id) is run:
             del self.adopted[run.body.id]
             if run.pidfd is not None:
@@ -198,7 +237,13 @@ class Attempts:
         return out
 
     def close(self) -> None:
+        self.keeper.close()
         for run in self.adopted.values():
             if run.pidfd is not None:
                 with contextlib.suppress(OSError):
                     os.close(run.pidfd)
+
+
+def _ended(pidfd: int) -> bool:
+    """Whether the process behind a pidfd has ended (the pidfd is readable)."""
+    return bool(select.select([pidfd], [], [], 0)[0])

@@ -23,6 +23,7 @@ def running(spool: Spool, parts: Parts, clock: Clock) -> Iterator[None]:
     parts.guard.check()
     parts.wake.install()
     runner.close_on_exec_all()  # once: a library's descriptors must not leak to tasks
+    parts.attempts.keeper.start()  # after: nor to the keeper
     parts.housekeeper.start()
     parts.aftermath.start()
     try:

@@ -179,6 +179,7 @@ class Daemon:
             return
         self.plan.next["renew"] = mono + self.cfg.lease // 3
         self.parts.recovery.renew(now, mono)
+        self.parts.attempts.keeper.check(mono)
         self.parts.recovery.permits_lost(self.parts.limits.renew(now), mono)
         self.parts.recovery.scan(now, mono, self.parts.guard.ok, self.inhand.ids())
         self.parts.limits.sweep(self.inhand.ids())

@@ -228,6 +228,8 @@ class Recovery(Part):
         elif code is None:
             run.notes.append("lost: in flight when its daemon died; it may have run in part")
             log.warning("attempt %d of %s was lost with its daemon", attempt, task_id)
+            if run.pid is not None:  # (its start time still matches): none of it runs on
+                runner.kill_group(run.pid, signal.SIGKILL)
         else:
             run.notes.append(
                 f"ended while no daemon watched; status recorded by {old.daemon}'s child"

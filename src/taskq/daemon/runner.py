@@ -1,7 +1,9 @@
-"""Start one attempt: a supervised child in its own session, output to logs/.
+"""Start one attempt: a supervised command in its own session, output to logs/.
 
-Each attempt runs under a minimal sh supervisor in a new session (so the
-whole process group can be signalled). The supervisor holds an flock()ed
+An attempt of our own without a cgroup is started by the daemon's keeper
+(keeper.py), which supervises many at once; the others, and any the keeper
+cannot take, run under a minimal sh supervisor in a new session (so the
+whole process group can be signalled). Either supervisor holds an flock()ed
 status file open on fd 3 while the command runs and writes the command's
 exit status into it when it ends. The lock and the status outlive the
 daemon: a restarted daemon can tell a live orphan (the lock is held) from a
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 from taskq.client import fence
 from taskq.daemon.cgroups import Group
+from taskq.daemon.keeperlink import KeeperLink
 from taskq.spool.layout import out_path, status_path
 from taskq.spool.runas import RunAs
 from taskq.spool.task import ClaimName, TaskBody, TaskName
@@ -59,10 +62,11 @@ SH = "/bin/sh"
 
 @dataclass
 class Spawned:
-    """A started attempt: the supervisor's pid (also its process group), and a join's failure."""
+    """A started attempt: its pid (also its process group), its supervisor, a join's failure."""
 
     pid: int
     proc_start: int | None
+    kept: bool = False  # the keeper supervises it (pid is the command's); else our sh child
     unjoined: str | None = None  # why the attempt could not join its cgroup (it ends with 126)
     group: Group | None = None  # the cgroup it runs in (the starter's, for its Running)
 
@@ -119,13 +123,14 @@ def spawn(
     env: dict[str, str],
     user: RunAs | None = None,
     join: Join | None = None,
+    keeper: KeeperLink | None = None,
 ) -> Spawned:
     """Start the attempt; the status file is locked before the child exists.
 
-    No Python runs between fork and exec: posix_spawn for our own tasks,
-    subprocess (whose child side is C) to run another user's. The log
-    directory exists (ownership.bind made it). With `join`, the supervisor
-    waits at its gate until join has moved it into its cgroup.
+    No Python runs between fork and exec: posix_spawn for our own tasks (by
+    the keeper, or of sh), subprocess (whose child side is C) to run another
+    user's. The log directory exists (ownership.bind made it). With `join`,
+    the supervisor waits at its gate until join has moved it into its cgroup.
     """
     status_fd = _lock_status(status_path(log_dir, name.attempt))
     try:
@@ -144,7 +149,8 @@ def spawn(
             os.fchown(status_fd, user.uid, user.gid)
             child = _spawn_as(user, body, env, (in_fd, out_fd, status_fd, gate_in))
         else:
-            child = _spawn_own(body, env, (in_fd, out_fd, status_fd, gate_in))
+            kept = _kept(keeper, body, env, [in_fd, out_fd, status_fd]) if join is None else None
+            child = kept or _spawn_own(body, env, (in_fd, out_fd, status_fd, gate_in))
     except BaseException:
         if gate_out >= 0:
             os.close(gate_out)
@@ -156,6 +162,16 @@ def spawn(
     if join is not None:
         child.unjoined = _open_gate(child.pid, join, gate_out)
     return child
+
+
+def _kept(
+    keeper: KeeperLink | None, body: TaskBody, env: dict[str, str], fds: list[int]
+) -> Spawned | None:
+    """Have the keeper start the command itself; None if there is no keeper to take it."""
+    if keeper is None:
+        return None
+    pid = keeper.spawn(body.argv, env, body.cwd, body.umask, fds)
+    return None if pid is None else Spawned(pid, proc_start_time(pid), kept=True)
 
 
 def _spawn_own(body: TaskBody, env: dict[str, str], fds: tuple[int, int, int, int]) -> Spawned:

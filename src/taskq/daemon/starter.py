@@ -21,7 +21,8 @@ from taskq.daemon import runner
 from taskq.daemon.attempts import Attempts, Prepared, Running
 from taskq.daemon.cgroups import Group
 from taskq.daemon.crew import Crew, Part
-from taskq.spool import fsutil, journal, ownership, transitions
+from taskq.daemon.keeperlink import KeeperGone, NotRun
+from taskq.spool import attemptfiles, fsutil, journal, ownership, transitions
 from taskq.spool.faults import crash_point
 from taskq.spool.journal import Event
 from taskq.spool.resources import Resources
@@ -133,7 +134,8 @@ class Starter(Part):
             lateness=lateness / SECOND,
             fence=fence.token(held),
         )
-        run = Running(held, body, child.pid, self.clock.mono(), group=child.group)
+        run = Running(held, body, child.pid, self.clock.mono(), group=child.group, kept=child.kept)
+        run.proc_start = child.proc_start
         if child.unjoined is not None:
             run.notes.append(child.unjoined)
         self.attempts.add_child(run)
@@ -160,9 +162,14 @@ class Starter(Part):
                 if group is None:
                     return None
             join = None if group is None else group.join
-            child = runner.spawn(body, held.task, log_dir, env, ready.user, join)
+            keeper = self.attempts.keeper
+            child = runner.spawn(body, held.task, log_dir, env, ready.user, join, keeper)
             child.group = group
             return child
+        except KeeperGone as e:
+            self._keeper_gone(ready, log_dir, now, e)
+        except NotRun as e:
+            self._not_run(ready, e.code, e.strerror or str(e), now)
         except runner.AttemptBusy:
             self.settler.vanished_before_start(held, now)  # taken over while we were paused
         except runner.AttemptUsed as e:  # never append to (or show) another attempt's output
@@ -229,7 +236,24 @@ class Starter(Part):
                 "cannot start %s: %s; pausing dispatch for %s", ready.body.id, e.strerror, pause
             )
             return
-        log.error("cannot start %s: %s", ready.body.id, e)
-        self.settler.note(ready.claim, Event.SPAWN_FAILED, now, error=str(e))
-        self.settler.on_attempt_end(127)
-        self.settler.after_attempt(ready.claim, ready.body, 127, now)
+        self._not_run(ready, 127, str(e), now)
+
+    def _not_run(self, ready: Prepared, code: int | None, error: str, now: int) -> None:
+        """The attempt could not start: a failed attempt with this status (None: lost)."""
+        log.error("cannot start %s: %s", ready.body.id, error)
+        self.settler.note(ready.claim, Event.SPAWN_FAILED, now, error=error)
+        self.settler.on_attempt_end(code)
+        self.settler.after_attempt(ready.claim, ready.body, code, now)
+
+    def _keeper_gone(self, ready: Prepared, log_dir: str, now: int, e: KeeperGone) -> None:
+        """The keeper went away as it was asked: the status file says whether the attempt began.
+
+        It writes "S" before the spawn: without it, nothing ran (the task goes
+        back, unchanged); with it, the command may have started, and its pid
+        never reached us: the attempt is lost.
+        """
+        began, _ = attemptfiles.read_supervisor(log_dir, ready.claim.task.attempt)
+        if not began:
+            self.settler.release(ready.claim, now, f"cannot start: {e.strerror}")
+            return
+        self._not_run(ready, None, f"{e.strerror} as the attempt began; it may have run", now)

@@ -1,0 +1,225 @@
+"""The keeper: the process that starts a daemon's attempts and records how each ended.
+
+It does for many attempts what the sh supervisor does for one (runner.py),
+without an exec of its own per attempt. The daemon starts one keeper, in a
+session of its own, and talks to it over a socket pair (keeperlink.py): a
+request carries the command, its environment, working directory and umask,
+with the attempt's standard input, output file and locked status file
+passed as descriptors. Sharing the status file's open description shares
+its flock(), so the lock the daemon took is the keeper's from then on. The
+keeper writes "S" into the status file, posix_spawns the command in a new
+session (it holds no lock, no other descriptor of ours), and when the
+command ends writes its exit status (128+n for death by signal n, as sh
+reports it), closes the file, which lets the lock go, and tells the daemon.
+
+The keeper outlives its daemon: its statuses keep being written, and the
+next daemon adopts the attempts by their status files as it adopts a
+supervisor's. It exits once no daemon is attached and none of its commands
+runs. It never imports the rest of taskq: it must start fast and stay small.
+"""
+
+from __future__ import annotations
+
+import array
+import errno
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+from typing import Any
+
+MAX_REQUEST = 1 << 17  # bytes: a larger request goes to the sh supervisor instead
+DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
+_FDS = 3  # standard input, output, status
+
+
+def exit_code(status: int) -> int:
+    """A wait status as sh reports it: the exit code, or 128+n for death by signal n."""
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+def resolve(command: str, path: str) -> str:
+    """The file to execute for argv[0], searched in the task's PATH as sh would."""
+    if "/" in command:
+        return command
+    for d in path.split(":"):
+        candidate = os.path.join(d or ".", command)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError(errno.ENOENT, "not found", command)
+
+
+class NoDirectory(OSError):
+    """The attempt's working directory cannot be entered."""
+
+
+class Keeper:
+    """The attempts one keeper runs: their status descriptors by pid."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.attached = True
+        self.running: dict[int, int] = {}  # pid -> status descriptor
+        self.sel = selectors.DefaultSelector()
+        self.wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a hangup of the daemon's terminal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.sel.register(self.wake_r, selectors.EVENT_READ)
+        self.sel.register(sock, selectors.EVENT_READ)
+
+    def serve(self) -> None:
+        """Take requests and record ends until no daemon is attached and nothing runs."""
+        self._send({"op": "ready"})
+        while self.attached or self.running:
+            for key, _ in self.sel.select():
+                if key.fileobj is self.sock:
+                    self._receive()
+                else:
+                    while True:
+                        try:
+                            os.read(self.wake_r, 512)
+                        except BlockingIOError:
+                            break
+            self._reap()
+
+    def _receive(self) -> None:
+        fds = array.array("i")
+        try:
+            data, anc, _, _ = self.sock.recvmsg(
+                MAX_REQUEST, socket.CMSG_SPACE(_FDS * fds.itemsize), socket.MSG_CMSG_CLOEXEC
+            )
+        except ConnectionResetError:
+            data, anc = b"", []
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+        if not data:
+            self._detach()
+            return
+        request = json.loads(data)
+        if request.get("op") == "ping":
+            self._send({"op": "pong"})
+        elif request.get("op") == "spawn" and len(fds) == _FDS:
+            self._send(self._start(request, fds[0], fds[1], fds[2]))
+        else:
+            for fd in fds:
+                os.close(fd)
+
+    def _detach(self) -> None:
+        """The daemon is gone: keep recording what runs, take no more requests."""
+        self.attached = False
+        self.sel.unregister(self.sock)
+        self.sock.close()
+
+    def _start(
+        self, request: dict[str, Any], in_fd: int, out_fd: int, status_fd: int
+    ) -> dict[str, object]:
+        """Begin an attempt: "S" first, then the command; why not, as sh would say it."""
+        try:
+            os.write(status_fd, b"S\n")
+            pid = _spawn(request, in_fd, out_fd)
+        except OSError as e:
+            # sh's statuses: 126 for a directory it cannot enter or a file it cannot run.
+            code = 127 if e.errno == errno.ENOENT and not isinstance(e, NoDirectory) else 126
+            error = f"{e.filename}: {e.strerror}"
+            _write_all(out_fd, f"taskq: {error}\n".encode(errors="replace"))
+            _end(status_fd, code)
+            return {"op": "failed", "code": code, "error": error}
+        finally:
+            os.close(in_fd)
+            os.close(out_fd)
+        self.running[pid] = status_fd
+        return {"op": "spawned", "pid": pid}
+
+    def _reap(self) -> None:
+        while self.running:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            fd = self.running.pop(pid, None)
+            if fd is None:
+                continue
+            code = exit_code(status)
+            _end(fd, code)  # recorded before the daemon hears of it
+            sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+            self._send({"op": "ended", "pid": pid, "code": code, "signal": sig})
+
+    def _send(self, message: dict[str, object]) -> None:
+        if not self.attached:
+            return
+        try:
+            self.sock.send(json.dumps(message).encode())
+        except OSError:
+            self._detach()
+
+
+def _spawn(request: dict[str, Any], in_fd: int, out_fd: int) -> int:
+    """posix_spawn the command in its own session, in its directory, under its umask."""
+    argv = [str(a) for a in request["argv"]]
+    env = {str(k): str(v) for k, v in request["env"].items()}
+    cwd, umask = str(request["cwd"]), request.get("umask")
+    try:
+        os.chdir(cwd)  # the keeper runs nothing else meanwhile: one thread
+    except OSError as e:
+        raise NoDirectory(e.errno, e.strerror, cwd) from None
+    old = os.umask(umask) if isinstance(umask, int) else None
+    try:
+        path = resolve(argv[0], env.get("PATH", os.defpath))
+        actions = [
+            (os.POSIX_SPAWN_DUP2, in_fd, 0),
+            (os.POSIX_SPAWN_DUP2, out_fd, 1),
+            (os.POSIX_SPAWN_DUP2, out_fd, 2),
+        ]
+        try:
+            return os.posix_spawn(
+                path, argv, env, file_actions=actions, setsid=True, setsigdef=DEFAULT_SIGNALS
+            )
+        except OSError as e:
+            if e.errno != errno.ENOEXEC:
+                raise
+            # No #! line: a shell script, as sh and execvp(3) run it.
+            argv = ["sh", path, *argv[1:]]
+            return os.posix_spawn(
+                "/bin/sh", argv, env, file_actions=actions, setsid=True, setsigdef=DEFAULT_SIGNALS
+            )
+    finally:
+        if old is not None:
+            os.umask(old)
+        os.chdir("/")
+
+
+def _end(status_fd: int, code: int) -> None:
+    """Record the exit status, then let the lock go."""
+    try:
+        _write_all(status_fd, f"{code}\n".encode())
+    finally:
+        os.close(status_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass  # a full disk: the status stays "S", which reads as lost, never as a wrong code
+
+
+def main() -> None:
+    """`python -m taskq.daemon.keeper FD`: serve the daemon on the socket at FD."""
+    os.chdir("/")
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    os.set_inheritable(sock.fileno(), False)
+    Keeper(sock).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""The daemon's end of its keeper (keeper.py): start it, ask it to spawn, hear the ends.
+
+One keeper per daemon, started at the first attempt it can take and again
+after it died. Requests and replies go over a SOCK_SEQPACKET socket pair,
+so no other process can reach the keeper. A spawn waits for its reply (the
+pid), at most REPLY_WAIT: a keeper that does not answer in time, or a ping
+still unanswered a renewal later, is hung and is killed. The keeper's end
+of an attempt (its exit status written, its lock let go) comes back as a
+message that wakes the loop. A keeper that is gone, killed or dead, has
+its attempts judged by the caller (attempts.py): each is killed by process
+group and recorded lost, never left to run beside a retry.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import errno
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from taskq.daemon.keeper import DEFAULT_SIGNALS, MAX_REQUEST
+from taskq.times.timespec import SECOND
+
+log = logging.getLogger("taskq")
+
+REPLY_WAIT = 5 * SECOND  # a keeper that takes longer to answer a spawn or a ping is hung
+START_WAIT = 60 * SECOND  # one that has not said it is ready: as long as a busy daemon's start
+KEEPER_FD = 3  # where the keeper finds its socket
+
+
+class KeeperGone(OSError):
+    """The keeper died, or was hung and killed, before it answered a spawn."""
+
+
+class NotRun(OSError):
+    """The keeper could not run the command (not found, not executable): its status is code."""
+
+    def __init__(self, code: int, error: str) -> None:
+        super().__init__(errno.ENOEXEC, error)
+        self.code = code
+
+
+class KeeperLink:
+    """The socket to this daemon's keeper, and what it said that the loop has not heard yet."""
+
+    def __init__(
+        self, watch: Callable[[int, object], None], unwatch: Callable[[int], None]
+    ) -> None:
+        self.watch, self.unwatch = watch, unwatch
+        self.sock: socket.socket | None = None
+        self.pidfd = -1
+        self.pid = 0
+        self.ends: list[tuple[int, int]] = []  # (pid, code) heard, not yet reaped
+        self.gone = False  # the keeper died (or was killed) since ended() last said so
+        self.pinged: int | None = None  # when the unanswered ping was sent (monotonic µs)
+        self.ready = False  # the keeper said it serves (it has imported what it needs)
+
+    def spawn(
+        self, argv: list[str], env: dict[str, str], cwd: str, umask: int | None, fds: list[int]
+    ) -> int | None:
+        """Have the keeper run argv; its pid, or None if the keeper cannot take this request.
+
+        NotRun: the command could not be run (its status recorded); KeeperGone:
+        the keeper went away before it answered (the status file tells whether
+        the attempt began).
+        """
+        request = json.dumps(
+            {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "umask": umask}
+        ).encode()
+        if len(request) > MAX_REQUEST or not self._running():
+            return None
+        assert self.sock is not None
+        try:
+            self.sock.sendmsg(
+                [request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(_ints(fds)))]
+            )
+        except OSError as e:
+            self._lost(f"could not be asked: {e.strerror}")
+            raise KeeperGone(errno.EPIPE, "the keeper is gone") from None
+        reply = self._reply()
+        if reply.get("op") == "failed":
+            raise NotRun(int(reply["code"]), str(reply["error"]))
+        return int(reply["pid"])
+
+    def _reply(self) -> dict[str, Any]:
+        """Wait for the spawn's reply, queueing the ends heard meanwhile."""
+        assert self.sock is not None
+        while True:
+            left = (REPLY_WAIT if self.ready else START_WAIT) / SECOND
+            readable, _, _ = select.select([self.sock], [], [], left)
+            if not readable:
+                self.kill("it did not answer a spawn in time")
+                raise KeeperGone(errno.ETIMEDOUT, "the keeper did not answer")
+            message = self._read()
+            if message is None:
+                raise KeeperGone(errno.EPIPE, "the keeper died")
+            if message["op"] in ("spawned", "failed"):
+                return message
+
+    def ended(self) -> tuple[list[tuple[int, int]], bool]:
+        """The (pid, code) of attempts the keeper saw end, and whether the keeper is gone."""
+        while self.sock is not None:
+            try:
+                readable, _, _ = select.select([self.sock], [], [], 0)
+            except ValueError:
+                break
+            if not readable or self._read() is None:
+                break
+        ends, gone = self.ends, self.gone
+        self.ends, self.gone = [], False
+        return ends, gone
+
+    def _read(self) -> dict[str, Any] | None:
+        """One message: an end is queued, a pong noted; None when the keeper is gone."""
+        assert self.sock is not None
+        try:
+            data = self.sock.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            self._lost("it died")
+            return None
+        message: dict[str, Any] = json.loads(data)
+        if message["op"] == "ended":
+            code = int(message["code"])
+            if message.get("signal") == signal.SIGKILL:
+                code = -signal.SIGKILL  # a KILL of the group ended sh too: the journal says so
+            self.ends.append((int(message["pid"]), code))
+        elif message["op"] == "pong":
+            self.pinged = None
+        elif message["op"] == "ready":
+            self.ready = True
+        return message
+
+    def check(self, mono: int) -> None:
+        """Once a renewal: a keeper that left a ping unanswered REPLY_WAIT is hung (killed)."""
+        if self.sock is None:
+            return
+        if self.pinged is not None:
+            if mono - self.pinged > (REPLY_WAIT if self.ready else START_WAIT):
+                self.kill("it did not answer a ping in time")
+            return
+        try:
+            self.sock.send(b'{"op": "ping"}')
+            self.pinged = mono
+        except OSError:
+            self._lost("it died")
+
+    def kill(self, why: str) -> None:
+        """Kill the keeper and wait until it is gone, so that nothing it holds lives on."""
+        log.error("killing the attempts' keeper (pid %d): %s", self.pid, why)
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            select.select([self.pidfd], [], [], REPLY_WAIT / SECOND)
+        self._lost("killed")
+
+    def _lost(self, why: str) -> None:
+        if self.sock is None:
+            return
+        log.error("the attempts' keeper (pid %d) is gone: %s", self.pid, why)
+        self.unwatch(self.sock.fileno())
+        self.sock.close()
+        os.close(self.pidfd)
+        self.sock, self.gone, self.pinged, self.ready = None, True, None, False
+
+    def start(self) -> None:
+        """Start the keeper before the first attempt is due: it takes a while to import."""
+        self._running()
+
+    def _running(self) -> bool:
+        """Start the keeper if none runs; False if it cannot be started."""
+        if self.sock is not None:
+            return True
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-m", "taskq.daemon.keeper", str(KEEPER_FD), "taskq-keeper"],
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, theirs.fileno(), KEEPER_FD),
+                    # Not the daemon's stdio: a pipe read to its end must end with the daemon.
+                    *((os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)),
+                ],
+                setsid=True,
+                setsigdef=DEFAULT_SIGNALS,
+            )
+            self.pidfd = os.pidfd_open(self.pid)
+        except OSError as e:
+            log.error("cannot start the attempts' keeper: %s; using sh supervisors", e)
+            ours.close()
+            return False
+        finally:
+            theirs.close()
+        self.sock, self.ready = ours, False
+        self.watch(ours.fileno(), "keeper")
+        return True
+
+    def close(self) -> None:
+        """The daemon stops: the keeper goes on with what runs, and exits after it."""
+        if self.sock is not None:
+            self.sock.close()
+            os.close(self.pidfd)
+            self.sock = None
+
+
+def _ints(fds: list[int]) -> bytes:
+    return array.array("i", fds).tobytes()

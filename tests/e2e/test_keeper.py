@@ -1,0 +1,60 @@
+"""Commands the keeper runs without a shell: found, not found, unrunnable, in their group."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from conftest import Daemon, Taskq
+
+StartDaemon = Callable[..., Daemon]
+
+
+def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [r for r in doc["attempts"] if r["event"] == name]
+
+
+def test_commands_run_as_sh_would_run_them(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    script = tmp_path / "no-hashbang"
+    script.write_text('echo "pgid=$(ps -o pgid= -p $$ | tr -d " ") pid=$$"\n')
+    script.chmod(stat.S_IRWXU)
+    unrunnable = tmp_path / "not-executable"
+    unrunnable.write_text("#!/bin/sh\ntrue\n")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    start_daemon("--retry-delay", "0.1s")
+    tasks = {
+        "script": tq.submit("--", str(script)),
+        "missing": tq.submit("--max-attempts", "1", "--", "no-such-command-anywhere"),
+        "unrunnable": tq.submit("--max-attempts", "1", "--", str(unrunnable)),
+        "by_path": tq.submit("--env", f"PATH={tmp_path}:/usr/bin:/bin", "--", "no-hashbang"),
+        "no_dir": tq.submit(
+            "--at",
+            f"@{time.time() + 2:.6f}",
+            "--max-attempts",
+            "1",
+            "--cwd",
+            str(gone),
+            "--",
+            "true",
+        ),
+    }
+    os.rmdir(gone)  # gone by the time the task runs
+    for name in ("script", "by_path"):
+        doc = tq.wait_state(tasks[name], ("done",), timeout=30)
+        out = tq.run("logs", tasks[name]).stdout.decode()
+        pid = events(doc, "start")[0]["pid"]
+        assert f"pgid={pid} pid={pid}" in out, out  # its own group, led by the command
+    for name, code in (("missing", 127), ("unrunnable", 126), ("no_dir", 126)):
+        doc = tq.wait_state(tasks[name], ("failed",), timeout=30)
+        [failed] = events(doc, "spawn-failed")
+        assert failed["error"] and not events(doc, "start"), doc
+        assert tq.run("logs", tasks[name]).stdout.startswith(b"taskq: ")
+        status = tq.spool / "logs" / tasks[name] / "1.status"
+        assert status.read_text() == f"S\n{code}\n"
