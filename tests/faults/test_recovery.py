@@ -76,8 +76,12 @@ def test_lost_attempt_is_recorded_and_retried(
     task_id = tq.submit("--", *stamp_cmd(stamps, "; sleep 30"))
     wait_for(lambda: read_stamps(stamps), 10, "the task to start")
     pid = events(tq.show(task_id), "start")[0]["pid"]
+    with open(f"/proc/{pid}/stat") as f:
+        keeper = int(f.read().rsplit(")", 1)[1].split()[1])  # its supervisor, the keeper
     first.kill()
-    os.killpg(pid, signal.SIGKILL)  # the host lost the attempt too: no status recorded
+    # The host lost the attempt too: its supervisor and its group, no status recorded.
+    os.kill(keeper, signal.SIGKILL)
+    os.killpg(pid, signal.SIGKILL)
     start_daemon()
     wait_for(lambda: len(read_stamps(stamps)) == 2, 10, "the retry to start")
     doc = tq.show(task_id)
