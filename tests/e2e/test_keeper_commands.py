@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import Daemon, Taskq
 
 StartDaemon = Callable[..., Daemon]
@@ -18,6 +19,7 @@ def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [r for r in doc["attempts"] if r["event"] == name]
 
 
+@pytest.mark.slow
 def test_commands_run_as_sh_would_run_them(
     tq: Taskq, start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
