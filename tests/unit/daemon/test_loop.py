@@ -27,23 +27,26 @@ def test_steps_start_what_is_due_settle_it_and_never_start_early(tmp_path: Path)
     spool.init()
     daemon = Daemon(spool, Settings(host_id="unit", workers=2))
     now = wall_us()
-    daemon.parts.health.lock(now)  # as run() does: a daemon steps holding its lock
-    due = submit(spool, request.body(Request(run_at=now - SECOND, cwd="/"), ["true"], now))[0]
-    later = submit(spool, request.body(Request(run_at=now + HOUR, cwd="/"), ["true"], now))[0]
-    daemon.step(now)
-    assert [run.body.id for run in daemon.parts.attempts.all()] == [due.id]
-    assert byid.locate(spool, later.id).state == State.PENDING
-    deadline = time.monotonic() + 60
-    while byid.locate(spool, due.id).state != State.DONE:  # the attempt's end, as it comes
-        assert time.monotonic() < deadline, "the attempt did not end"
-        daemon.parts.wake.wait(0.05)
-        daemon.step()
-    events = [r["event"] for r in journal.read(spool.log_dir(due.id))]
-    assert events == ["start", "end"]
-    # A step told it is two hours later claims the later task and makes its
-    # start durable, but leaves its start to the clock: it is not started.
-    daemon.step(now + 2 * HOUR)
-    [ready] = daemon.inhand.prepared
-    assert ready.claim.task.id == later.id and ready.claim.phase == Phase.STARTED
-    assert daemon.parts.attempts.all() == []
-    assert journal.read(spool.log_dir(later.id)) == []
+    try:
+        daemon.parts.health.lock(now)  # as run() does: a daemon steps holding its lock
+        due = submit(spool, request.body(Request(run_at=now - SECOND, cwd="/"), ["true"], now))[0]
+        later = submit(spool, request.body(Request(run_at=now + HOUR, cwd="/"), ["true"], now))[0]
+        daemon.step(now)
+        assert [run.body.id for run in daemon.parts.attempts.all()] == [due.id]
+        assert byid.locate(spool, later.id).state == State.PENDING
+        deadline = time.monotonic() + 60
+        while byid.locate(spool, due.id).state != State.DONE:  # the attempt's end, as it comes
+            assert time.monotonic() < deadline, "the attempt did not end"
+            daemon.parts.wake.wait(0.05)
+            daemon.step()
+        events = [r["event"] for r in journal.read(spool.log_dir(due.id))]
+        assert events == ["start", "end"]
+        # A step told it is two hours later claims the later task and makes its
+        # start durable, but leaves its start to the clock: it is not started.
+        daemon.step(now + 2 * HOUR)
+        [ready] = daemon.inhand.prepared
+        assert ready.claim.task.id == later.id and ready.claim.phase == Phase.STARTED
+        assert daemon.parts.attempts.all() == []
+        assert journal.read(spool.log_dir(later.id)) == []
+    finally:
+        daemon.parts.attempts.close()  # its keeper, started by the first spawn
