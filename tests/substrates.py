@@ -81,14 +81,8 @@ GLUSTER_VOLUME = "taskq"
 NETNS_DIR = Path("/run/netns")
 
 #: The distributed filesystems the shared-spool test sets (tests/shared/test_shared_fs.py,
-#: test_cluster_limits.py) run on. On MooseFS they take about ten minutes, as a file that
-#: one client wrote stays locked to the others for a second or more, so it joins them only
-#: with TASKQ_TEST_MOOSEFS=1; its own smoke tests always run.
-DISTRIBUTED = (
-    "gluster",
-    "juicefs",
-    *(("moosefs",) if os.environ.get("TASKQ_TEST_MOOSEFS") else ()),
-)
+#: test_cluster_limits.py) run on.
+DISTRIBUTED = ("gluster", "juicefs", "moosefs")
 
 
 # ---------------------------------------------------------------- helpers

@@ -1,5 +1,5 @@
 """Limits that hold across daemons: a queue limit, a mutex and a rate, on local, GlusterFS, JuiceFS
-(and MooseFS with TASKQ_TEST_MOOSEFS=1).
+and MooseFS.
 
 Three daemons share one spool (on GlusterFS, each through its own FUSE
 client, standing for one host). Each task appends its start and its end to
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import pytest
 from conftest import Daemon, Taskq, kill_all, wait_for
 from substrates import DISTRIBUTED, GlusterBed, JuiceBed, MooseBed
 
-from taskq.spool import permits
+from taskq.spool import journal, permits
 from taskq.spool.layout import Spool
 
 pytest_plugins = ["substrates"]
@@ -115,9 +116,11 @@ def most_at_once(stamps: Path) -> int:
 
 
 def start_time(tq: Taskq, task_id: str) -> float:
+    """The start the task's journal records (as `taskq show --json` lists it, read here)."""
     from taskq.times.when import parse_when
 
-    [start] = [r for r in tq.show(task_id)["attempts"] if r["event"] == "start"]
+    records = journal.read(Spool(str(tq.spool)).log_dir(task_id))
+    [start] = [r for r in records if r["event"] == "start"]
     return parse_when(start["time"], 0) / 1e6
 
 
@@ -127,6 +130,12 @@ def config(tq: Taskq, text: str) -> None:
 
 
 def all_done(tq: Taskq, ids: list[str]) -> bool:
+    """Whether `taskq ls --json` lists every task done; asked once done/ holds as many:
+    a `taskq ls` a poll took CPU from the daemons under test."""
+    done = tq.spool / "done"
+    days = [d for d in done.iterdir() if d.is_dir()] if done.is_dir() else []
+    if sum(len(os.listdir(d)) for d in days) < len(ids):
+        return False
     rows = [json.loads(line) for line in tq.run("ls", "--json").stdout.splitlines()]
     states = {r["id"]: r["state"] for r in rows}
     return all(states.get(i) == "done" for i in ids)
