@@ -36,8 +36,9 @@ def place_all(
     name), the one-task placement. Hints are the caller's, written before.
     """
     done = [False] * len(todo)
+    pending = os.stat(spool.pending).st_mode  # the mode a new bucket takes after
     for bucket, members in _by_bucket(todo).items():
-        fd = _open_bucket(spool, bucket)
+        fd = _open_bucket(spool, bucket, pending)
         try:
             for i in members:
                 entry, name = todo[i]
@@ -48,7 +49,7 @@ def place_all(
                     os.close(fd)
                     fd = -1
                     done[i] = slowly(spool, f"{spool.tmp}/{entry}", name)
-                    fd = _open_bucket(spool, bucket)
+                    fd = _open_bucket(spool, bucket, pending)
                 placed(i)
         finally:
             if fd >= 0:
@@ -69,14 +70,17 @@ def _by_bucket(todo: list[tuple[str, TaskName]]) -> dict[str, list[int]]:
     return groups
 
 
-def _open_bucket(spool: Spool, bucket: str) -> int:
-    """A descriptor of the bucket, made first if missing; CorruptFile if it is a link or a file."""
+def _open_bucket(spool: Spool, bucket: str, pending: int) -> int:
+    """A descriptor of the bucket, made first if missing; CorruptFile if it is a link or a file.
+
+    pending: pending/'s st_mode, which a new bucket's follows (fsutil.ensure_dir).
+    """
     path = spool.bucket_dir(bucket)
     try:
         try:
             return fsutil.open_dir(path)
         except FileNotFoundError:
-            fsutil.ensure_dir(path)
+            fsutil.ensure_dir(path, parent_mode=pending)
             return fsutil.open_dir(path)
     except CorruptFile as e:
         raise CorruptFile(f"{path} {e}") from None
