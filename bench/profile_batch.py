@@ -10,6 +10,12 @@ and a cProfile of one whole submission in this process: the functions that
 took the most time of their own.
 
     python bench/profile_batch.py [-n 10000] [--rounds 3] [--top 25] [--check]
+                                  [--before PYTHON]
+
+With --before, another install's interpreter (main's, in a venv of its
+own) runs its `taskq submit --batch` too, in turn with this one's and the
+raw group commit, so that before and after are measured in the same run;
+its figures are printed first, and --check judges this install's alone.
 
 With --check it exits 1 unless the batch meets issue 30's bar, medians of
 the rounds: its rate at least MIN_RATIO of the raw group commit's, and its
@@ -105,21 +111,30 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--check", action="store_true", help="exit 1 below issue 30's bar")
+    parser.add_argument("--before", metavar="PYTHON", help="also run this install's taskq")
     args = parser.parse_args()
     n = args.n
     failed = False
     with tempfile.TemporaryDirectory(prefix="taskq-profile-batch-") as tmp:
         lines = Path(tmp) / "batch.ndjson"
         batch_file(lines, n)
-        ours, raw = [], []
+        ours, raw, before = [], [], []
         for r in range(args.rounds):
             env = {**os.environ, "TASKQ_SPOOL": f"{tmp}/spool{r}"}
+            if args.before:
+                argv = [args.before, "-m", "taskq", "submit", "--batch", str(lines)]
+                before.append(timed(argv, {**env, "TASKQ_SPOOL": f"{tmp}/before{r}"}))
             ours.append(
                 timed([sys.executable, "-m", "taskq", "submit", "--batch", str(lines)], env)
             )
             raw.append(timed([sys.executable, "-c", RAW, f"{tmp}/raw{r}", str(n)], env))
         print(f"{n:,} lines, {args.rounds} rounds, alternating (medians):")
-        cpu = report("taskq submit --batch", ours, n) / report("raw group commit", raw, n)
+        was = report(f"before ({args.before})", before, n) if before else None
+        mine = report("taskq submit --batch", ours, n)
+        base = report("raw group commit", raw, n)
+        cpu = mine / base
+        if was is not None:
+            print(f"  before: CPU a line {was / base:.2f}x the raw group commit's")
         rates = sorted(b[0] / a[0] for a, b in zip(ours, raw, strict=True))
         ratio = statistics.median(rates)
         print(
