@@ -113,6 +113,11 @@ class Daemon:
         self._logf.close()
 
 
+def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The journal records of `taskq show --json`'s attempts with this event name."""
+    return [r for r in doc["attempts"] if r["event"] == name]
+
+
 @pytest.fixture
 def tq(tmp_path: Path) -> Taskq:
     return Taskq(tmp_path / "spool")

@@ -9,10 +9,9 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+from conftest import Daemon, Taskq, events, read_stamps, stamp_cmd, wait_for
 
 from taskq.times.timespec import SECOND
 from taskq.times.when import parse_when
@@ -22,10 +21,6 @@ StartDaemon = Callable[..., Daemon]
 
 def epoch(offset: float) -> str:
     return f"@{time.time() + offset:.6f}"
-
-
-def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [r for r in doc["attempts"] if r["event"] == name]
 
 
 @pytest.mark.slow

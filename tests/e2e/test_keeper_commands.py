@@ -7,16 +7,11 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import Daemon, Taskq
+from conftest import Daemon, Taskq, events
 
 StartDaemon = Callable[..., Daemon]
-
-
-def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [r for r in doc["attempts"] if r["event"] == name]
 
 
 @pytest.mark.slow

@@ -9,19 +9,14 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
+from conftest import TASKQ, Daemon, Taskq, events, read_stamps, stamp_cmd, until, wait_for
 
 from taskq.times.timespec import SECOND
 from taskq.times.when import parse_when
 
 StartDaemon = Callable[..., Daemon]
-
-
-def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [r for r in doc["attempts"] if r["event"] == name]
 
 
 @pytest.mark.slow

@@ -17,10 +17,9 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
+from conftest import TASKQ, Daemon, Taskq, events, read_stamps, stamp_cmd, until, wait_for
 
 from taskq.times.timespec import format_iso
 from taskq.times.when import parse_when
@@ -29,10 +28,6 @@ StartDaemon = Callable[..., Daemon]
 
 PAST = "2001-02-03T04:05:06Z"  # an overdue run time; its bucket is a past minute
 PAST_BUCKET = "200102030405"
-
-
-def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [r for r in doc["attempts"] if r["event"] == name]
 
 
 def spool_files(tq: Taskq, sub: str) -> list[str]:

@@ -19,10 +19,9 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+from conftest import TASKQ, Daemon, Taskq, events, read_stamps, stamp_cmd, wait_for
 
 from taskq.spool.faults import POINTS
 
@@ -41,10 +40,6 @@ def test_every_crash_point_is_placed_and_listed() -> None:
     for path in SRC.rglob("*.py"):
         placed |= set(re.findall(r'crash_point\("([a-z.-]+)"\)', path.read_text()))
     assert placed == set(POINTS)
-
-
-def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [r for r in doc["attempts"] if r["event"] == name]
 
 
 def run_until_crash(tq: Taskq, tmp_path: Path, spec: str | None, n: int, wait: float) -> None:

@@ -12,16 +12,11 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
+from conftest import Daemon, Taskq, events, read_stamps, stamp_cmd, until, wait_for
 
 StartDaemon = Callable[..., Daemon]
-
-
-def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [r for r in doc["attempts"] if r["event"] == name]
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -11,20 +11,15 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import Daemon, Taskq, read_stamps, stamp_cmd, until, wait_for
+from conftest import Daemon, Taskq, events, read_stamps, stamp_cmd, until, wait_for
 
 from taskq.spool.defaults import default_host_id
 from taskq.spool.states import Phase
 from taskq.spool.task import ClaimName, TaskName
 
 StartDaemon = Callable[..., Daemon]
-
-
-def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [r for r in doc["attempts"] if r["event"] == name]
 
 
 def all_in(tq: Taskq, ids: list[str], states: tuple[str, ...]) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Daemon, Taskq, read_stamps, stamp_cmd, wait_for
+from conftest import Daemon, Taskq, events, read_stamps, stamp_cmd, wait_for
 
 from taskq.client.submit import submit
 from taskq.spool.layout import Spool
@@ -34,10 +34,6 @@ LIBFAKETIME: str | None = next(iter(glob.glob("/usr/lib/*/faketime/libfaketimeMT
 needs_faketime = pytest.mark.skipif(
     LIBFAKETIME is None, reason="libfaketime (Debian package faketime) is missing"
 )
-
-
-def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [r for r in doc["attempts"] if r["event"] == name]
 
 
 @pytest.fixture
