@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from taskq.spool import hints
 from taskq.spool.layout import Spool
@@ -83,3 +86,24 @@ def test_what_stands_in_a_batch_file_place_is_no_hint(spool: Spool, planted: str
         assert found[:5] == names[:5] and found[-1] is None
     else:
         assert found == [None] * 20
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.binary(max_size=2000), other=st.text(min_size=1, max_size=40))
+def test_whatever_bytes_a_batch_file_holds_no_lookup_raises_or_lies(
+    spool: Spool, data: bytes, other: str
+) -> None:
+    """A batch file's bytes, or any other file beside it, give a name with the id asked or none."""
+    names = run_of(20)
+    hints.point_batch(spool, names)
+    directory = spool.batch_hint_dir(names[0].id)
+    [entry] = os.listdir(directory)
+    Path(f"{directory}/{entry}").write_bytes(data)
+    if "/" not in other and other not in (".", "..", entry) and "\0" not in other:
+        Path(f"{directory}/{other}").write_bytes(data)
+    for name in names:
+        found = hints.read_hint(spool, name.id)
+        assert found is None or found.id == name.id
+    shutil.rmtree(directory)  # the next example draws its own run
