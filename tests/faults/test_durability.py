@@ -34,6 +34,15 @@ def traced(tq: Taskq, trace: Path, *args: str) -> subprocess.Popen[bytes]:
     )
 
 
+def ended(lines: list[str], i: int) -> int:
+    """The line where the call on line i returned: strace -f splits a call another process's
+    calls interrupt into "<unfinished ...>" and "<... NAME resumed>" lines."""
+    if "<unfinished ...>" not in lines[i]:
+        return i
+    pid, call = lines[i].split()[0], lines[i].split()[1].partition("(")[0]
+    return first(lines, rf"^{pid}\s+<\.\.\. {call} resumed>", i)
+
+
 def first(lines: list[str], pattern: str, after: int = -1) -> int:
     """The index of the first line after `after` matching pattern; fail if none."""
     for i, line in enumerate(lines):
@@ -93,7 +102,7 @@ def test_daemon_makes_the_start_durable_before_exec(tq: Taskq, tmp_path: Path) -
         rf'renameat2\(.*/pending/\d{{12}}[/>][^"]*"?[^"]*{task_id}[^"]*".*/claimed/[^"]*_claimed_',
     )
     start = first(lines, rf'renameat2\(.*{task_id}[^"]*_claimed_.*{task_id}[^"]*_started_', claim)
-    sync = first(lines, r"fsync\(\d+<[^>]*/claimed>\)", start)
+    sync = ended(lines, first(lines, r"fsync\(\d+<[^>]*/claimed>(\)| <unfinished)", start))
     # The command's own exec, whoever makes it (the keeper, or an sh supervisor).
     execve = first(lines, r'execve\("[^"]*/true", \["true"\].* = 0$', start)
     assert claim < start < sync < execve
