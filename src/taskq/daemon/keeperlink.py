@@ -2,8 +2,10 @@
 
 One keeper per daemon, started at the first attempt it can take and again
 after it died. Requests and replies go over a SOCK_SEQPACKET socket pair,
-so no other process can reach the keeper. A spawn waits for its reply (the
-pid), at most REPLY_WAIT: a keeper that does not answer in time, or a ping
+so no other process can reach the keeper. The loop sends a turn's spawn
+requests one after another, then reads their replies (the pids), in
+order, each at most REPLY_WAIT after the one before: a keeper that does
+not answer in time, or a ping
 still unanswered a renewal later, is hung and is killed. The keeper's end
 of an attempt (its exit status written, its lock let go) comes back as a
 message that wakes the loop. A keeper that is gone, killed or dead, has
@@ -14,6 +16,7 @@ group and recorded lost, never left to run beside a retry.
 from __future__ import annotations
 
 import array
+import collections
 import contextlib
 import errno
 import json
@@ -34,6 +37,7 @@ log = logging.getLogger("taskq")
 REPLY_WAIT = 5 * SECOND  # a keeper that takes longer to answer a spawn or a ping is hung
 START_WAIT = 60 * SECOND  # one that has not said it is ready: as long as a busy daemon's start
 KEEPER_FD = 3  # where the keeper finds its socket
+IN_FLIGHT = 1 << 16  # bytes of requests sent and not yet answered, at most (beyond one)
 
 
 class KeeperGone(OSError):
@@ -62,22 +66,33 @@ class KeeperLink:
         self.gone = False  # the keeper died (or was killed) since ended() last said so
         self.pinged: int | None = None  # when the unanswered ping was sent (monotonic µs)
         self.ready = False  # the keeper said it serves (it has imported what it needs)
+        self.asked: collections.deque[int] = collections.deque()  # sizes of unanswered requests
+        self.answered: list[int | NotRun | KeeperGone] = []  # read, not yet taken by answers()
 
-    def spawn(
-        self, argv: list[str], env: dict[str, str], cwd: str, umask: int | None, fds: list[int]
-    ) -> int | None:
-        """Have the keeper run argv; its pid, or None if the keeper cannot take this request.
-
-        NotRun: the command could not be run (its status recorded); KeeperGone:
-        the keeper went away before it answered (the status file tells whether
-        the attempt began).
-        """
+    def request(
+        self, argv: list[str], env: dict[str, str], cwd: str, umask: int | None
+    ) -> bytes | None:
+        """A spawn request for argv; None if no keeper can take it (too large, none starts)."""
         request = json.dumps(
             {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "umask": umask}
         ).encode()
         if len(request) > MAX_REQUEST or not self._running():
             return None
-        assert self.sock is not None
+        return request
+
+    def send(self, request: bytes, fds: list[int]) -> None:
+        """Send a request with the attempt's descriptors; its answer comes from answers().
+
+        A turn's requests all go before any answer is read, so that the keeper
+        spawns on its core while the loop prepares the next attempt. Only so
+        much waits in the socket at once: beyond IN_FLIGHT bytes the answers
+        so far are read first, so that a send never blocks on a full socket.
+        KeeperGone: the keeper is gone (the status file says whether it began).
+        """
+        if self.asked and sum(self.asked) + len(request) > IN_FLIGHT:
+            self._hear(0)
+        if self.sock is None:
+            raise KeeperGone(errno.EPIPE, "the keeper is gone")
         try:
             self.sock.sendmsg(
                 [request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(_ints(fds)))]
@@ -85,15 +100,38 @@ class KeeperLink:
         except OSError as e:
             self._lost(f"could not be asked: {e.strerror}")
             raise KeeperGone(errno.EPIPE, "the keeper is gone") from None
-        reply = self._reply()
-        if reply.get("op") == "failed":
-            raise NotRun(int(reply["code"]), str(reply["error"]))
-        return int(reply["pid"])
+        self.asked.append(len(request))
+
+    def answers(self) -> list[int | NotRun | KeeperGone]:
+        """The answers to every request sent since the last call, in order.
+
+        Each is the command's pid, NotRun (it could not be run; its status
+        is recorded) or KeeperGone (the keeper went away first).
+        """
+        self._hear(0)
+        out, self.answered = self.answered, []
+        return out
+
+    def _hear(self, left: int) -> None:
+        """Read answers until `left` requests are unanswered; a gone keeper answers the rest."""
+        while len(self.asked) > left:
+            try:
+                reply = self._reply()
+            except KeeperGone as e:
+                self.answered += [e] * len(self.asked)
+                self.asked.clear()
+                return
+            self.asked.popleft()
+            if reply["op"] == "failed":
+                self.answered.append(NotRun(int(reply["code"]), str(reply["error"])))
+            else:
+                self.answered.append(int(reply["pid"]))
 
     def _reply(self) -> dict[str, Any]:
-        """Wait for the spawn's reply, queueing the ends heard meanwhile."""
-        assert self.sock is not None
+        """Wait for a spawn's reply, queueing the ends heard meanwhile."""
         while True:
+            if self.sock is None:
+                raise KeeperGone(errno.EPIPE, "the keeper is gone")
             left = (REPLY_WAIT if self.ready else START_WAIT) / SECOND
             readable, _, _ = select.select([self.sock], [], [], left)
             if not readable:

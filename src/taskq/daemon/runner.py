@@ -123,22 +123,15 @@ def spawn(
     env: dict[str, str],
     user: RunAs | None = None,
     join: Join | None = None,
-    keeper: KeeperLink | None = None,
 ) -> Spawned:
-    """Start the attempt; the status file is locked before the child exists.
+    """Start the attempt under an sh supervisor; the status file is locked before the child exists.
 
-    No Python runs between fork and exec: posix_spawn for our own tasks (by
-    the keeper, or of sh), subprocess (whose child side is C) to run another
-    user's. The log directory exists (ownership.bind made it). With `join`,
-    the supervisor waits at its gate until join has moved it into its cgroup.
+    No Python runs between fork and exec: posix_spawn for our own tasks,
+    subprocess (whose child side is C) to run another user's. The log
+    directory exists (ownership.bind made it). With `join`, the supervisor
+    waits at its gate until join has moved it into its cgroup.
     """
-    status_fd = _lock_status(status_path(log_dir, name.attempt))
-    try:
-        out_fd = _fresh(out_path(log_dir, name.attempt), os.O_WRONLY | os.O_APPEND)
-    except BaseException:
-        os.close(status_fd)
-        raise
-    in_fd = _stdin_fd(body.stdin)
+    in_fd, out_fd, status_fd = _attempt_files(body, log_dir, name.attempt)
     gate_in, gate_out = os.pipe2(os.O_CLOEXEC) if join is not None else (-1, -1)
     try:
         if user is not None and user.switch:
@@ -149,8 +142,7 @@ def spawn(
             os.fchown(status_fd, user.uid, user.gid)
             child = _spawn_as(user, body, env, (in_fd, out_fd, status_fd, gate_in))
         else:
-            kept = _kept(keeper, body, env, [in_fd, out_fd, status_fd]) if join is None else None
-            child = kept or _spawn_own(body, env, (in_fd, out_fd, status_fd, gate_in))
+            child = _spawn_own(body, env, (in_fd, out_fd, status_fd, gate_in))
     except BaseException:
         if gate_out >= 0:
             os.close(gate_out)
@@ -164,14 +156,49 @@ def spawn(
     return child
 
 
-def _kept(
-    keeper: KeeperLink | None, body: TaskBody, env: dict[str, str], fds: list[int]
-) -> Spawned | None:
-    """Have the keeper start the command itself; None if there is no keeper to take it."""
-    if keeper is None:
-        return None
-    pid = keeper.spawn(body.argv, env, body.cwd, body.umask, fds)
-    return None if pid is None else Spawned(pid, proc_start_time(pid), kept=True)
+def ask(
+    keeper: KeeperLink,
+    body: TaskBody,
+    name: TaskName,
+    log_dir: str,
+    env: dict[str, str],
+    user: RunAs | None = None,
+) -> bool:
+    """Ask the keeper to start the attempt; False if it cannot take it (spawn() then).
+
+    The status file is locked before the request leaves, and its lock goes
+    with the descriptor to the keeper. The answer, the pid or why not, comes
+    in order with the turn's others (KeeperLink.answers). Another user's
+    attempt keeps its sh supervisor: the keeper runs as the daemon's user.
+    """
+    if user is not None and user.switch:
+        return False
+    request = keeper.request(body.argv, env, body.cwd, body.umask)
+    if request is None:
+        return False
+    fds = _attempt_files(body, log_dir, name.attempt)
+    try:
+        keeper.send(request, list(fds))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return True
+
+
+def _attempt_files(body: TaskBody, log_dir: str, attempt: int) -> tuple[int, int, int]:
+    """The attempt's standard input, its fresh output file and its locked status file."""
+    status_fd = _lock_status(status_path(log_dir, attempt))
+    try:
+        out_fd = _fresh(out_path(log_dir, attempt), os.O_WRONLY | os.O_APPEND)
+    except BaseException:
+        os.close(status_fd)
+        raise
+    try:
+        return _stdin_fd(body.stdin), out_fd, status_fd
+    except BaseException:
+        os.close(status_fd)
+        os.close(out_fd)
+        raise
 
 
 def _spawn_own(body: TaskBody, env: dict[str, str], fds: tuple[int, int, int, int]) -> Spawned:

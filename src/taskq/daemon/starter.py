@@ -27,6 +27,8 @@ from taskq.spool.faults import crash_point
 from taskq.spool.journal import Event
 from taskq.spool.resources import Resources
 from taskq.spool.states import State
+from taskq.spool.task import ClaimName
+from taskq.spool.transitions import DaemonId
 from taskq.times.timespec import MS, SECOND, format_duration, format_iso
 
 log = logging.getLogger("taskq")
@@ -57,8 +59,11 @@ class Starter(Part):
         A task due within SPIN of now is waited for here, to the exact
         instant; one due later goes back to the loop, which sleeps until it
         while still reaping children and hearing signals and the doorbell.
+        The keeper is sent every request of the turn before its answers are
+        read, so that it spawns on its core while the loop prepares the next.
         """
         later = []
+        asked: list[tuple[Prepared, int]] = []  # sent to the keeper: (attempt, start instant)
         for ready in prepared:
             run_at = ready.claim.task.run_at
             if self.clock.earliest_start(run_at) - self.clock.now() > SPIN:
@@ -67,7 +72,9 @@ class Starter(Part):
             self._wait_until_due(run_at)
             confirmed = self._still_ours(ready)
             if confirmed is not None:
-                self._spawn(confirmed)
+                self._spawn(confirmed, asked)
+        if asked:
+            self._answered(asked)
         return later
 
     def _wait_until_due(self, run_at: int) -> None:
@@ -108,32 +115,40 @@ class Starter(Part):
         self.settler.vanished_before_start(ready.claim, now)
         return None
 
-    def _spawn(self, ready: Prepared) -> None:
-        """Start the attempt (the poison guard's handling of the file), then journal it."""
-        held, body = ready.claim, ready.body
+    def _spawn(self, ready: Prepared, asked: list[tuple[Prepared, int]]) -> None:
+        """Start the attempt (the poison guard's handling of the file), or ask the keeper to."""
+        body = ready.body
         now = self.clock.now()
         child = None
-        with self.poison.handling("task", body.id, self.spool.claim_path(held), "start"):
-            child = self._launch(ready, now)
-        if child is None:
-            return
+        with self.poison.handling("task", body.id, self.spool.claim_path(ready.claim), "start"):
+            child = self._launch(ready, now, asked)
+        if child is not None:
+            self._started(ready, now, child)
+
+    def _answered(self, asked: list[tuple[Prepared, int]]) -> None:
+        """The keeper's answers to the turn's requests: each attempt started, or why not."""
+        for (ready, now), answer in zip(asked, self.attempts.keeper.answers(), strict=True):
+            if isinstance(answer, int):
+                self._started(
+                    ready, now, runner.Spawned(answer, runner.proc_start_time(answer), kept=True)
+                )
+                continue
+            path = self.spool.claim_path(ready.claim)
+            with self.poison.handling("task", ready.body.id, path, "start"):
+                if isinstance(answer, NotRun):
+                    self._not_run(ready, answer.code, answer.strerror or str(answer), now)
+                else:
+                    log_dir = self.spool.log_dir(ready.body.id)
+                    self._keeper_gone(ready, log_dir, now, answer)
+
+    def _started(self, ready: Prepared, now: int, child: runner.Spawned) -> None:
+        """Journal the attempt's start (at the instant it was asked for) and watch it."""
+        held, body = ready.claim, ready.body
         crash_point("daemon.spawned")
         log_dir = self.spool.log_dir(body.id)
         lateness = now - held.task.run_at
         self.on_start(lateness, now)
-        journal.append(
-            log_dir,
-            Event.START,
-            now,
-            attempt=held.task.attempt,
-            host=self.daemon.host,
-            pid=child.pid,
-            proc_start=child.proc_start,
-            daemon_pid=self.daemon.pid,
-            run_at=format_iso(held.task.run_at),
-            lateness=lateness / SECOND,
-            fence=fence.token(held),
-        )
+        _record_start(log_dir, held, child, now, self.daemon)
         run = Running(held, body, child.pid, self.clock.mono(), group=child.group, kept=child.kept)
         run.proc_start = child.proc_start
         if child.unjoined is not None:
@@ -147,8 +162,14 @@ class Starter(Part):
             format_duration(lateness),
         )
 
-    def _launch(self, ready: Prepared, now: int) -> runner.Spawned | None:
-        """Spawn the attempt (in its cgroup, if it asks for limits); None if it did not start."""
+    def _launch(
+        self, ready: Prepared, now: int, asked: list[tuple[Prepared, int]]
+    ) -> runner.Spawned | None:
+        """Spawn the attempt (in its cgroup, if it asks for limits), or ask the keeper to.
+
+        None if it did not start here: it failed, or it is in `asked`, whose
+        answers come once the turn's requests are all sent.
+        """
         held, body = ready.claim, ready.body
         log_dir = self.spool.log_dir(body.id)
         scheduled = journal.scheduled_for(log_dir, held.task.attempt, held.task.run_at, body.run_at)
@@ -161,15 +182,17 @@ class Starter(Part):
                 group = self._group(ready, now)
                 if group is None:
                     return None
+            else:
+                keeper = self.attempts.keeper
+                if runner.ask(keeper, body, held.task, log_dir, env, ready.user):
+                    asked.append((ready, now))
+                    return None
             join = None if group is None else group.join
-            keeper = self.attempts.keeper
-            child = runner.spawn(body, held.task, log_dir, env, ready.user, join, keeper)
+            child = runner.spawn(body, held.task, log_dir, env, ready.user, join)
             child.group = group
             return child
         except KeeperGone as e:
             self._keeper_gone(ready, log_dir, now, e)
-        except NotRun as e:
-            self._not_run(ready, e.code, e.strerror or str(e), now)
         except runner.AttemptBusy:
             self.settler.vanished_before_start(held, now)  # taken over while we were paused
         except runner.AttemptUsed as e:  # never append to (or show) another attempt's output
@@ -257,3 +280,22 @@ class Starter(Part):
             self.settler.release(ready.claim, now, f"cannot start: {e.strerror}")
             return
         self._not_run(ready, None, f"{e.strerror} as the attempt began; it may have run", now)
+
+
+def _record_start(
+    log_dir: str, held: ClaimName, child: runner.Spawned, now: int, daemon: DaemonId
+) -> None:
+    """The attempt's `start` record: where and when it began, and under which claim."""
+    journal.append(
+        log_dir,
+        Event.START,
+        now,
+        attempt=held.task.attempt,
+        host=daemon.host,
+        pid=child.pid,
+        proc_start=child.proc_start,
+        daemon_pid=daemon.pid,
+        run_at=format_iso(held.task.run_at),
+        lateness=(now - held.task.run_at) / SECOND,
+        fence=fence.token(held),
+    )
