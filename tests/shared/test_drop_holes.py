@@ -10,7 +10,6 @@ resurrected or blocked, and the daemon runs on.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ import pytest
 from conftest import wait_for
 from dropbed import DEADLINE, NEEDS_USERS, Bed, cpu_seconds
 
-from taskq.spool import drop
+from taskq.spool import drop, record
 from taskq.spool.task import TaskBody, TaskName, bucket_of
 
 pytestmark = [NEEDS_USERS, pytest.mark.slow]  # real users and a root daemon: seconds each
@@ -40,7 +39,7 @@ def bed(members: tuple[str, str], others_taskq: list[str]) -> Iterator[Bed]:
 def _body(task_id: str, **fields: object) -> TaskBody:
     now = time.time_ns() // 1000
     base = TaskBody(id=task_id, argv=["true"], run_at=now, submitted_at=now, cwd="/")
-    return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
+    return record.replace(base, **fields)
 
 
 def _own(bed: Bed, user: str, **fields: object) -> tuple[str, bytes]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -240,6 +239,8 @@ def _submit(ctx: click.Context, opts: dict[str, Any]) -> None:
     if replaced is not None:
         output.complain(f"replaced pending task {replaced}")
     if opts["as_json"]:
+        import json  # only for --json: off a plain submit's start-up
+
         docs = (
             {"id": n.id, "created": c, "run_at": format_iso(n.run_at)}
             | ({} if policy is None else {"replaced": replaced})

@@ -12,7 +12,6 @@ that refused it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import Any, TypeVar
 
 from taskq import errors
 from taskq.errors import CorruptFile, NotFound, TaskqError
-from taskq.spool import drop, fsutil
+from taskq.spool import drop, fsutil, record
 from taskq.spool.drop import DropName, Request
 from taskq.spool.keys import key_path, read_key
 from taskq.spool.layout import Spool
@@ -50,7 +49,7 @@ def submit(spool: Spool, bodies: list[TaskBody]) -> list[tuple[TaskName, bool]]:
             results.append((known, False))
             continue
         task_id, nonce = drop.member_id(uid, now)
-        mine = dataclasses.replace(body, id=task_id, submitter=uid)
+        mine = record.replace(body, id=task_id, submitter=uid)
         name = TaskName(mine.run_at, task_id, 1, mine.queue)
         if mine.key is not None:
             firsts[mine.key] = name

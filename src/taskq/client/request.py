@@ -44,7 +44,7 @@ def body(
     """The task body asking to run argv as `request` says, submitted now, with a fresh id.
 
     `changes` replaces some of the request's fields for this body alone (a
-    batch line's), as dataclasses.replace would, without making a request.
+    batch line's), as record.replace would, without making a request.
     Any Request will do, a body too (a schedule's template): only the
     fields a request gives are read (task.REQUESTED).
     """

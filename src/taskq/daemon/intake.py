@@ -13,7 +13,6 @@ replies/ with the exit status the member's command exits with.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from typing import Any, NamedTuple
 
@@ -21,7 +20,7 @@ from taskq import errors
 from taskq.client import operations
 from taskq.client.submit import submit, submit_batch
 from taskq.errors import CorruptFile, NotFound, TaskqError
-from taskq.spool import byid, drop, fsutil, hints, journal
+from taskq.spool import byid, drop, fsutil, hints, journal, record
 from taskq.spool import runas as security
 from taskq.spool.drop import DropName, Request
 from taskq.spool.journal import Event
@@ -84,7 +83,7 @@ def check_submission(
         security.run_as(uid, policy)
     except ValueError as e:
         return Answer(NOTHING, refusal(f"refused: {e}", errors.EX_NOPERM), refused=True)
-    body = dataclasses.replace(body, submitter=uid)
+    body = record.replace(body, submitter=uid)
     known = _filed_before(spool, body)
     if known is not None:
         return known

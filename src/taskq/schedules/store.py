@@ -32,7 +32,7 @@ from typing import Any
 from taskq.errors import BadInput, Conflict, CorruptFile, NotFound, TaskqError
 from taskq.schedules.rules import Rules, check_date
 from taskq.schedules.slots import Spec, check_bound, check_cron, check_zone
-from taskq.spool import fields, fsutil, journal
+from taskq.spool import fields, fsutil, journal, record
 from taskq.spool.journal import Event
 from taskq.spool.layout import CURSOR_FILE, SCHEDULE_FILE, Spool
 from taskq.spool.task import Request, TaskBody, TaskName, check_id, new_id
@@ -117,7 +117,7 @@ class Schedule:
         starts after, whatever their end (a manual run that queues).
         """
         env = {**self.task.env, "TASKQ_SCHEDULE": self.name, "TASKQ_SCHEDULED_AT": format_iso(slot)}
-        return replace(
+        return record.replace(
             self.task,
             run_at=run_at,
             env=env,

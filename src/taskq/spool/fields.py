@@ -24,7 +24,6 @@ pattern match): a body is read at every attempt, on the daemon's path.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -57,11 +56,18 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-# JSONDecoder.decode's own steps (its C scanner, then the check for trailing
-# text), without its two Python calls: a batch decodes one document a line.
-_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]
-_SPACE = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
+@functools.cache
+def _decoder() -> tuple[Any, Any, type[ValueError]]:
+    """JSONDecoder.decode's own steps: its C scanner, the match of white space, its error.
+
+    Without decode's two Python calls: a batch decodes one document a line.
+    Made on first use, so json stays off a plain submit's start-up.
+    """
+    import json
+
+    decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+    space = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
+    return decoder.scan_once, space, json.JSONDecodeError  # type: ignore[attr-defined]
 
 
 def document(data: bytes | str) -> dict[str, Any]:
@@ -70,15 +76,16 @@ def document(data: bytes | str) -> dict[str, Any]:
     Nesting deeper than the decoder can follow (a few thousand arrays) is
     refused here, as a RecursionError, before any later code walks it.
     """
+    scan, space, error = _decoder()
     try:
         text = data.decode() if isinstance(data, bytes) else data
         try:
-            doc, end = _SCAN(text, _SPACE(text, 0).end())
+            doc, end = scan(text, space(text, 0).end())
         except StopIteration as e:
-            raise json.JSONDecodeError("Expecting value", text, e.value) from None
-        end = _SPACE(text, end).end()
+            raise error("Expecting value", text, e.value) from None
+        end = space(text, end).end()
         if end != len(text):
-            raise json.JSONDecodeError("Extra data", text, end)
+            raise error("Extra data", text, end)
     except RecursionError:
         raise BadInput("JSON nested too deeply") from None
     except ValueError as e:  # UnicodeDecodeError and JSONDecodeError among them

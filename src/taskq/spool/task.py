@@ -8,17 +8,15 @@ anything it did not produce, so a foreign file can be quarantined.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import os
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 from taskq.errors import BadInput, CorruptFile
 from taskq.spool import fields, resources
 from taskq.spool.fields import MAX_EXEC, MAX_EXEC_STRING
 from taskq.spool.memo import LastOf
+from taskq.spool.record import Frozen, field, names, record
 from taskq.spool.resources import Resources
 from taskq.spool.states import Phase
 from taskq.text.lazyre import Lazy
@@ -341,9 +339,28 @@ class ClaimName(_Name):
 # layout() writes json.dumps(indent=1)'s bytes with json's C parts, since
 # indent makes json use its pure-Python encoder and a batch encodes every
 # body (python bench/run.py --only submit, the --batch rows). No JSON string
-# holds a raw newline, so the separators below appear nowhere else.
-_STR = json.encoder.c_encode_basestring or json.encoder.py_encode_basestring  # type: ignore[attr-defined]
-_INNER = json.JSONEncoder(ensure_ascii=False, separators=(",\n  ", ": ")).encode
+# holds a raw newline, so the separators below appear nowhere else. A plain
+# body (strings, whole numbers, its env) needs only json's C string escaper:
+# json itself, its decoder's patterns among it, stays off submit's start-up.
+try:
+    from _json import encode_basestring as _STR
+except ImportError:  # an interpreter without json's C part
+    from json.encoder import py_encode_basestring as _STR
+
+
+@functools.cache
+def _json_inner() -> Any:
+    import json  # for floats and nested values only: off a plain submit's start-up
+
+    return json.JSONEncoder(ensure_ascii=False, separators=(",\n  ", ": ")).encode
+
+
+def _inner(value: Any) -> str:
+    """value's compact JSON, members separated as layout() nests them."""
+    text: str = _json_inner()(value)
+    return text
+
+
 _SCALARS = {None: "null", True: "true", False: "false"}
 
 
@@ -406,8 +423,8 @@ def _value(value: Any) -> str:
     if kind is list and value and all(type(v) is str for v in value):
         return "[\n  " + ",\n  ".join(map(_STR, value)) + "\n ]"  # a command: strings
     if kind is list and value:
-        return _members(_INNER(value))
-    return _INNER(value)  # floats, empty containers, and what json makes of anything else
+        return _members(_inner(value))
+    return _inner(value)  # floats, empty containers, and what json makes of anything else
 
 
 def _members(text: str) -> str:
@@ -416,14 +433,17 @@ def _members(text: str) -> str:
 
 
 def _encoded_object(value: dict[str, Any]) -> str:
-    return _members(_INNER(value))
+    if value and all(type(k) is str and type(v) is str for k, v in value.items()):
+        # An env: as json would write it, each member on its own line.
+        return "{\n  " + ",\n  ".join(f"{_STR(k)}: {_STR(v)}" for k, v in value.items()) + "\n }"
+    return _members(_inner(value))
 
 
 _object = LastOf(_encoded_object)  # a batch's bodies share one env: encoded once
 
 
-@dataclass(frozen=True, kw_only=True)
-class Request:
+@record
+class Request(Frozen):
     """Everything a submission asks for but its command: the fields a body keeps of it.
 
     A request becomes a body (client.request.body) with a fresh id, its
@@ -453,10 +473,10 @@ class Request:
     limits: Resources | None = None  # --memory-max and the rest: each attempt in a cgroup
 
 
-REQUESTED = tuple(f.name for f in dataclasses.fields(Request))  # what a body keeps of its request
+REQUESTED = names(Request)  # what a body keeps of its request
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TaskBody(Request):
     """The submitted request, written once and never modified: its id, command and submission."""
 
@@ -468,9 +488,9 @@ class TaskBody(Request):
     def of(cls, values: dict[str, Any]) -> TaskBody:
         """The body with these values, one for each field: as __init__ makes it, only faster.
 
-        A batch makes thousands of bodies; the frozen dataclass's __init__
-        sets each of its twenty fields by object.__setattr__ (python
-        bench/profile_batch.py). There is no __post_init__ to skip.
+        A batch makes thousands of bodies; the record's __init__ sets
+        each of its twenty-two fields in turn, with its default (python
+        bench/profile_batch.py). There is nothing else to skip.
         """
         if values.keys() != _BODY_FIELDS:
             missing = sorted(_BODY_FIELDS - values.keys()) or sorted(values.keys() - _BODY_FIELDS)
@@ -597,7 +617,7 @@ class TaskBody(Request):
         )
 
 
-_BODY_FIELDS = frozenset(f.name for f in dataclasses.fields(TaskBody))
+_BODY_FIELDS = frozenset(names(TaskBody))
 _OWN = ("version", "id", "argv", "run_at", "submitted_at")  # each body's own members
 # The members a body takes from its request, laid out, by their values (the
 # environment by identity: shared, never modified); a batch's bodies share them.

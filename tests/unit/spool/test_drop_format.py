@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from taskq.errors import CorruptFile
-from taskq.spool import drop
+from taskq.spool import drop, record
 from taskq.spool.drop import Claimed, DropName, Request
 from taskq.spool.runas import requester
 from taskq.spool.task import TaskBody, check_id, decode_id, encode_id, new_id
@@ -89,7 +87,7 @@ def test_requests_round_trip_and_refuse_what_they_are_not() -> None:
 
 def test_a_recorded_submitter_counts_in_roots_files_alone() -> None:
     body = _body(new_id(NOW))
-    mine = dataclasses.replace(body, submitter=1000)
+    mine = record.replace(body, submitter=1000)
     assert requester(body, 1000) == 1000 and requester(body, 0) == 0
     assert requester(mine, 0) == 1000 and requester(mine, 1000) == 1000
     with pytest.raises(CorruptFile, match="records submitter uid 1000 but is owned by uid 1001"):
