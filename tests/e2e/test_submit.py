@@ -344,6 +344,7 @@ SUBMIT_BUDGET = {
     "taskq.spool.keys",
     "taskq.spool.layout",
     "taskq.spool.memo",
+    "taskq.spool.record",  # Request and TaskBody, records made without compiling
     "taskq.spool.resources",  # a body's limits: a NamedTuple and its checks
     "taskq.spool.states",
     "taskq.spool.task",
@@ -355,8 +356,12 @@ SUBMIT_BUDGET = {
 }
 # Never on submit's path: gettext's locale (click's help option asks for it
 # unless given its text), ctypes (renameat2), the daemon's libraries, and
-# what only other commands, a key, a config.toml or a crash point need.
+# what only other commands, a key, a config.toml or a crash point need;
+# nor json (a plain body is laid out with json's C escaper alone) and
+# dataclasses (whose classes compile their methods as they are made).
 SUBMIT_NEVER = {
+    "json",
+    "dataclasses",
     "locale",
     "ctypes",
     "subprocess",

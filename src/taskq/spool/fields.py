@@ -63,7 +63,7 @@ def _decoder() -> tuple[Any, Any, type[ValueError]]:
     Without decode's two Python calls: a batch decodes one document a line.
     Made on first use, so json stays off a plain submit's start-up.
     """
-    import json
+    import json  # on first use: off a plain submit's start-up
 
     decoder = json.JSONDecoder(parse_constant=_refuse_constant)
     space = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
