@@ -8,8 +8,10 @@ daemon adopts and settles.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -122,3 +124,32 @@ def test_hung_keeper_is_killed_and_its_attempts_retried(
     gate.touch()
     _lost_then_done(tq, [task_id], stamps, "keeper died")
     assert "did not answer a ping" in daemon.text()
+
+
+@pytest.mark.slow
+def test_a_keeper_stalled_past_5s_is_not_hung_under_a_long_lease(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    # A shared filesystem's write stall (MooseFS: 3.9 s) stalls the keeper's answers
+    # as long. Under a 30 s lease it is hung only after 10 s, not at 5 s.
+    gate = stamps.parent / "gate"
+    daemon = start_daemon("--lease", "30s")
+    running = tq.submit("--", *stamp_cmd(stamps, until(gate)))
+    wait_for(lambda: read_stamps(stamps), 30, "the first attempt to start")
+    keeper = keeper_of(tq, running)[1]
+    os.kill(keeper, signal.SIGSTOP)
+    try:
+        asked = tq.submit("--", *stamp_cmd(stamps))
+        status = tq.spool / "logs" / asked / "1.status"
+        wait_for(status.exists, 30, "the daemon to ask the stalled keeper for a spawn")
+        time.sleep(6)  # the stall itself: longer than 5 s, shorter than a third of the lease
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # (killed as hung: the asserts say so)
+            os.kill(keeper, signal.SIGCONT)
+    tq.wait_state(asked, ("done",), timeout=30)
+    gate.touch()
+    for task_id in (running, asked):
+        doc = tq.wait_state(task_id, ("done",), timeout=30)
+        assert [e.get("exit_status") for e in events(doc, "end")] == [0], doc
+    assert not gone(keeper)
+    assert "killing the attempts' keeper" not in daemon.text()

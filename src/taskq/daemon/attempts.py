@@ -67,6 +67,7 @@ class Attempts:
         watch: Callable[[int, object], None],
         unwatch: Callable[[int], None],
         confinement: Confinement,
+        lease: int = 0,
     ) -> None:
         self.kill_grace = kill_grace
         self.confinement = confinement
@@ -75,7 +76,7 @@ class Attempts:
         self.children: dict[int, Running] = {}
         self.adopted: dict[str, Running] = {}
         self.handed: set[int] = set()  # children another daemon here watches now: reap only
-        self.keeper = KeeperLink(watch, unwatch)
+        self.keeper = KeeperLink(watch, unwatch, lease)  # judged hung by the lease
 
     def __len__(self) -> int:
         return len(self.children) + len(self.adopted)

@@ -4,7 +4,7 @@ One keeper per daemon, started at the first attempt it can take and again
 after it died. Requests and replies go over a SOCK_SEQPACKET socket pair,
 so no other process can reach the keeper. The loop sends a turn's spawn
 requests one after another, then reads their replies (the pids), in
-order, each at most REPLY_WAIT after the one before: a keeper that does
+order, each at most hung_after() after the one before: a keeper that does
 not answer in time, or a ping
 still unanswered a renewal later, is hung and is killed. The keeper's end
 of an attempt (its exit status written, its lock let go) comes back as a
@@ -34,10 +34,24 @@ from taskq.times.timespec import SECOND
 
 log = logging.getLogger("taskq")
 
-REPLY_WAIT = 5 * SECOND  # a keeper that takes longer to answer a spawn or a ping is hung
+REPLY_WAIT = 5 * SECOND  # the least time a keeper may take to answer before it is hung
 START_WAIT = 60 * SECOND  # one that has not said it is ready: as long as a busy daemon's start
 KEEPER_FD = 3  # where the keeper finds its socket
 IN_FLIGHT = 1 << 16  # bytes of requests sent and not yet answered, at most (beyond one)
+
+
+def hung_after(lease: int) -> int:
+    """How long a keeper may leave a spawn or a ping unanswered: 5 s, or a third of the lease.
+
+    The keeper writes to the spool on its way to an answer: the `S` before
+    a spawn, and each ended attempt's status (written before it reads the
+    next request). A shared filesystem that stalls its writes for seconds
+    (MooseFS has stalled 3.9 s) stalls the answers as long, and a keeper
+    killed as hung loses every attempt it runs. So it is given as long as
+    the loop may wait without a lapse of its claims: renewals come every
+    third of the lease, and a wait of a third more still renews in time.
+    """
+    return max(REPLY_WAIT, lease // 3)
 
 
 class KeeperGone(OSError):
@@ -56,9 +70,13 @@ class KeeperLink:
     """The socket to this daemon's keeper, and what it said that the loop has not heard yet."""
 
     def __init__(
-        self, watch: Callable[[int, object], None], unwatch: Callable[[int], None]
+        self,
+        watch: Callable[[int, object], None],
+        unwatch: Callable[[int], None],
+        lease: int = 0,
     ) -> None:
         self.watch, self.unwatch = watch, unwatch
+        self.hung_after = hung_after(lease)
         self.sock: socket.socket | None = None
         self.pidfd = -1
         self.pid = 0
@@ -132,7 +150,7 @@ class KeeperLink:
         while True:
             if self.sock is None:
                 raise KeeperGone(errno.EPIPE, "the keeper is gone")
-            left = (REPLY_WAIT if self.ready else START_WAIT) / SECOND
+            left = (self.hung_after if self.ready else START_WAIT) / SECOND
             readable, _, _ = select.select([self.sock], [], [], left)
             if not readable:
                 self.kill("it did not answer a spawn in time")
@@ -179,11 +197,11 @@ class KeeperLink:
         return message
 
     def check(self, mono: int) -> None:
-        """Once a renewal: a keeper that left a ping unanswered REPLY_WAIT is hung (killed)."""
+        """Once a renewal: a keeper that left a ping unanswered hung_after is hung (killed)."""
         if self.sock is None:
             return
         if self.pinged is not None:
-            if mono - self.pinged > (REPLY_WAIT if self.ready else START_WAIT):
+            if mono - self.pinged > (self.hung_after if self.ready else START_WAIT):
                 self.kill("it did not answer a ping in time")
             return
         try:

@@ -81,7 +81,7 @@ def build_parts(
     commit = GroupCommit(clock.mono, lambda: wake.continued)
     health = Health(spool.run, daemon.host, daemon.pid, _public(settings))
     confinement = Confinement(settings.cgroups, f"{daemon.host}_{daemon.pid}", clock.mono)
-    attempts = Attempts(settings.kill_grace, wake.watch, wake.unwatch, confinement)
+    attempts = Attempts(settings.kill_grace, wake.watch, wake.unwatch, confinement, settings.lease)
     metrics = Metrics(settings.host_id, spool.root, settings.workers)
     exporter = Exporter(
         metrics, spool, settings.host_id, clock.now, settings.metrics_file, settings.metrics_listen
