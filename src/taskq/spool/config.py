@@ -15,11 +15,12 @@ import errno
 import functools
 import os
 import stat
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from taskq.errors import BadInput, ConfigError, TaskqError
 from taskq.spool import fields
 from taskq.spool.layout import CONFIG
+from taskq.spool.record import Frozen, record
 from taskq.spool.states import END_STATES
 from taskq.spool.task import check_queue
 from taskq.text.lazyre import Lazy
@@ -31,9 +32,10 @@ if TYPE_CHECKING:
 _LIMITS = ("max_overdue", "min_free_bytes", "min_free_inodes")
 
 
-# NamedTuples, not dataclasses: submit imports this module, and a dataclass's
-# methods are compiled at import (python bench/run.py --only submit).
-class Notify(NamedTuple):
+# Records, neither dataclasses nor NamedTuples: submit imports this module,
+# and both compile methods as the class is made (spool/record.py).
+@record
+class Notify(Frozen):
     """The [notify] table: a hook run with one JSON event per ended task."""
 
     command: tuple[str, ...]
@@ -41,14 +43,16 @@ class Notify(NamedTuple):
     timeout: int = 30 * SECOND
 
 
-class QueueSettings(NamedTuple):
+@record
+class QueueSettings(Frozen):
     """A [queues.NAME] table: limits that hold across every daemon of the spool."""
 
     limit: int | None = None  # attempts of the queue running at once
     rate: tuple[int, int] | None = None  # (starts, per this many µs)
 
 
-class Limits(NamedTuple):
+@record
+class Limits(Frozen):
     """The [limits] table; zero or absent means no limit."""
 
     max_overdue: int = 0
@@ -120,7 +124,7 @@ class SpoolConfig:
         if limit is not None and (type(limit) is not int or not 1 <= limit <= MAX_LIMIT):
             raise ConfigError(f"{where}.limit must be a whole number from 1 to {MAX_LIMIT}")
         rate = table.get("rate")
-        return QueueSettings(limit, None if rate is None else _rate(where, rate))
+        return QueueSettings(limit=limit, rate=None if rate is None else _rate(where, rate))
 
     @functools.cached_property
     def notify(self) -> Notify | None:
@@ -138,7 +142,8 @@ class SpoolConfig:
         on = table.get("on", list(END_STATES))
         if not (type(on) is list and set(map(str, on)) <= set(END_STATES)):
             raise ConfigError(f"{where}.on must list some of done, failed, cancelled")
-        return Notify(tuple(command), frozenset(on), _duration(where, table.get("timeout", "30s")))
+        timeout = _duration(where, table.get("timeout", "30s"))
+        return Notify(command=tuple(command), on=frozenset(on), timeout=timeout)
 
 
 MAX_HOOK = DAY  # the longest [notify] timeout (subprocess waits take at most 24.8 days)

@@ -42,14 +42,14 @@ MAX_EXEC = 1 << 20
 MAX_EXEC_STRING = (32 << 12) - 1
 MAX_SECONDS = MAX_DURATION // SECOND
 
-_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-ENV_NAME = Lazy(_NAME)
-_ENV_NAMES = Lazy(rf"{_NAME}(?:={_NAME})*")  # names joined by '=', which none may hold
-
 
 def env_name(name: str) -> bool:
-    """Tell whether a variable name is one a task may set: [A-Za-z_][A-Za-z0-9_]*."""
-    return ENV_NAME.fullmatch(name) is not None
+    """Tell whether a variable name is one a task may set: [A-Za-z_][A-Za-z0-9_]*.
+
+    For ASCII text that is exactly str.isidentifier's rule (which takes
+    keywords too), checked in C with no pattern to compile at start-up.
+    """
+    return name.isascii() and name.isidentifier()
 
 
 def _refuse_constant(name: str) -> Any:
@@ -181,14 +181,16 @@ def environment(value: object, what: str = "env") -> tuple[dict[str, str], int]:
 @functools.lru_cache(maxsize=256)  # the bodies of a batch, or of one submitter, share theirs
 def _names_ok(names: str, count: int) -> bool:
     """Whether names joined by '=' are count valid variable names (none held a '=')."""
-    return names.count("=") == count - 1 and _ENV_NAMES.fullmatch(names) is not None
+    if names.count("=") != count - 1 or not names.isascii():
+        return False
+    return all(map(str.isidentifier, names.split("=")))
 
 
 def _env_slowly(env: Mapping[Any, Any], what: str) -> int:
     """environment()'s checks one variable at a time, to name the first that fails."""
     size = 0
     for name, value in env.items():
-        if type(name) is not str or ENV_NAME.fullmatch(name) is None:
+        if type(name) is not str or not env_name(name):
             raise BadInput(f"bad {what} entry {name!r}: names are [A-Za-z_][A-Za-z0-9_]*")
         if type(value) is not str:
             raise BadInput(f"{what} must map variable names to strings ({name} does not)")

@@ -143,7 +143,7 @@ def check_token(kind: str, text: str) -> str:
 
 def check_queue(text: str, kind: str = "queue") -> str:
     """Validate a queue (or mutex) name: letters, digits, '.', '-'; at most 64."""
-    if _QUEUE.fullmatch(text) is None:
+    if text != DEFAULT_QUEUE and _QUEUE.fullmatch(text) is None:  # (no pattern for the default)
         raise BadInput(f"bad {kind} {text!r}: use letters, digits, '.' or '-' (max 64)")
     return text
 

@@ -27,8 +27,8 @@ DAY = 24 * HOUR
 _UNITS = {"us": US, "ms": MS, "s": SECOND, "m": MINUTE, "h": HOUR, "d": DAY, "w": 7 * DAY}
 # Digits are ASCII (re.ASCII): int() takes fullwidth and Arabic-Indic digits too, cron does not,
 # and a time that reads differently in another script is no time.
-_PART = Lazy(r"(\d+(?:\.\d+)?)(us|ms|s|m|h|d|w)", re.ASCII)
-_BARE = Lazy(r"\d+(?:\.\d+)?", re.ASCII)
+# A part without a unit is a bare number of seconds, taken only as the whole text.
+_PART = Lazy(r"(\d+(?:\.\d+)?)(us|ms|s|m|h|d|w)?", re.ASCII)
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=UTC)
 # The latest instant a task may name; keeps names fixed-width (year 9999).
 MAX_INSTANT = 253402300799 * SECOND
@@ -52,10 +52,12 @@ def parse_duration(text: str) -> int:
     Each unit at most once, the larger first: '1m1m' is a typo, not 2m.
     """
     s = text.strip().lower()
-    if _BARE.fullmatch(s):
-        return within_limit(_decimal_us(s, SECOND), text)
     pos, total, last = 0, 0, 1 << 62
     for m in _PART.finditer(s):
+        if m.group(2) is None:  # a bare number: seconds, if it is all there is
+            if m.start() == 0 and m.end() == len(s):
+                return within_limit(_decimal_us(s, SECOND), text)
+            break
         unit = _UNITS[m.group(2)]
         if m.start() != pos or unit >= last:
             break

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Literal
 
 import pytest
@@ -137,3 +138,22 @@ def test_the_fast_checks_measure_as_the_slow_ones(env: dict[str, str]) -> None:
     assert fields.environment(env)[1] == slow
     argv = [*env.values(), "x"]
     assert fields.command(argv)[1] == sum(len(a.encode()) + 1 for a in argv)
+
+
+NAMES = st.text(st.sampled_from("aZ_09=-. é١\0"), max_size=6) | st.from_regex(r"[A-Za-z_]\w*")
+
+
+@given(st.lists(NAMES, max_size=4))
+def test_a_variable_name_is_what_the_pattern_says(names: list[str]) -> None:
+    """env_name and a whole env's names are [A-Za-z_][A-Za-z0-9_]*: no other script, no '='."""
+    pattern = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+    for name in names:
+        assert fields.env_name(name) == (pattern.fullmatch(name) is not None)
+    env = dict.fromkeys(names, "v")
+    named = all(pattern.fullmatch(name) for name in env)
+    try:
+        fields.environment(env)
+    except BadInput as e:
+        assert not named and "names are" in str(e)
+    else:
+        assert named
