@@ -18,20 +18,30 @@ from typing import Any
 
 import pytest
 
+from taskq.spool import journal
+from taskq.spool.layout import Spool
+
 BIN = Path(sys.executable).parent / "taskq"
 TASKQ = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "taskq"]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll until predicate() is truthy; fail the test with `what` on timeout."""
+    """Poll until predicate() is truthy; fail the test with `what` on timeout.
+
+    Between polls it sleeps at least as long as the last poll took: a predicate
+    that runs the CLI (a Python start-up, 0.1-0.3 s of CPU) would otherwise keep a
+    core busy for the whole wait, and starve the daemon the test is waiting on.
+    """
     deadline = time.monotonic() + timeout
     while True:
+        began = time.monotonic()
         value = predicate()
         if value:
             return value
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(min(max(0.02, now - began), 0.5))
 
 
 @dataclass
@@ -63,6 +73,11 @@ class Taskq:
 
     def state(self, task_id: str) -> str:
         return str(self.show(task_id)["state"])
+
+    def states(self) -> dict[str, str]:
+        """Every task's state, from one `taskq ls --json` (not a `taskq show` a task)."""
+        out = self.run("ls", "--json", "--no-command").stdout
+        return {r["id"]: r["state"] for r in map(json.loads, out.splitlines())}
 
     def wait_state(
         self, task_id: str, states: tuple[str, ...], timeout: float = 15.0
@@ -116,6 +131,13 @@ class Daemon:
 def events(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
     """The journal records of `taskq show --json`'s attempts with this event name."""
     return [r for r in doc["attempts"] if r["event"] == name]
+
+
+def journal_of(tq: Taskq, task_id: str) -> list[dict[str, Any]]:
+    """A task's journal, as `taskq show --json` lists it under "attempts", read here: for
+    a test that reads hundreds, where as many `taskq show` processes take minutes of CPU
+    on two loaded cores."""
+    return journal.read(Spool(str(tq.spool)).log_dir(task_id))
 
 
 @pytest.fixture
