@@ -28,11 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, kill_all, read_stamps, wait_for
+from conftest import TASKQ, Daemon, Taskq, journal_of, kill_all, read_stamps, wait_for
 from substrates import DISTRIBUTED, GlusterBed, JuiceBed, MooseBed
-
-from taskq.spool import journal
-from taskq.spool.layout import Spool
 
 pytest_plugins = ["substrates"]
 SUBSTRATES = ["local", "bindfs", *DISTRIBUTED]
@@ -112,12 +109,6 @@ def all_in(tq: Taskq, ids: list[str], states: set[str]) -> bool:
     return here >= len(ids) and set(ended(tq, ids).values()) <= states
 
 
-def records(tq: Taskq, task_id: str) -> list[dict[str, Any]]:
-    """A task's journal, as `taskq show --json` lists it under "attempts", read here: sixty
-    `taskq show` processes took a minute on two loaded cores."""
-    return journal.read(Spool(str(tq.spool)).log_dir(task_id))
-
-
 def assert_clean(bed: Bed, logs: list[Daemon]) -> None:
     corrupt = bed.client.spool / "corrupt"
     found = sorted(p.name for p in corrupt.iterdir()) if corrupt.exists() else []
@@ -170,7 +161,7 @@ def test_kill_9_mid_burst_loses_nothing(
     for task_id in twice:  # only an attempt in flight when its daemon died may run again
 
         def recorded(t: str = task_id) -> bool:
-            return any(r["event"] == "end" and r.get("lost") for r in records(bed.client, t))
+            return any(r["event"] == "end" and r.get("lost") for r in journal_of(bed.client, t))
 
         wait_for(recorded, 30, f"{task_id}, run twice, to have its loss recorded")
     never_early(stamps, dict.fromkeys(ids, due))
@@ -257,7 +248,7 @@ def test_reschedule_racing_claims(bed: Bed, daemons: Callable[..., Daemon], tmp_
     assert set(runs) == set(ids) and set(runs.values()) == {1}
     never_early(stamps, dict.fromkeys(ids, due))
     for task_id, _attempt, started in read_stamps(stamps):
-        history = records(bed.client, task_id)
+        history = journal_of(bed.client, task_id)
         moved = [r for r in history if r["event"] == "rescheduled"]
         revoked = {r.get("revokes") for r in history if r["event"] == "revoked"}
         kept = [r for r in moved if f"rescheduled@{r['time']}" not in revoked]
