@@ -382,8 +382,9 @@ def test_a_task_after_a_bucket_of_held_tasks_starts_on_time_not_at_the_rescan(
     tq.submit("--queue", "held", "--at", f"@{(first + 1_000_000) / 1e6:.6f}", "--", "true")
     due = first + MINUTE + 1_000_000  # the minute after: a bucket the index has not loaded
     task_id = tq.submit("--at", f"@{due / 1e6:.6f}", "--", "sh", "-c", f"date +%s.%N > {stamps}")
-    try:
-        tq.wait_state(task_id, ("done",), timeout=300)
+    try:  # a minute or two: wait on the stamp, not on a `taskq show` per poll
+        wait_for(lambda: stamps.exists() and stamps.read_text().strip(), 300, "the task's stamp")
+        tq.wait_state(task_id, ("done",), timeout=60)
     finally:
         gate.touch()
     late = float(stamps.read_text()) - due / 1e6
