@@ -82,21 +82,23 @@ def test_debounce(
 
     def request() -> str:
         return (
-            run_example("debounce.sh", "docs", "8s", *command, env={"PRIORITY": "5"})
+            run_example("debounce.sh", "docs", "20s", *command, env={"PRIORITY": "5"})
             .stdout.decode()
             .strip()
         )
 
-    burst = [request() for _ in range(3)]
+    burst = [request() for _ in range(3)]  # well within the window, on a loaded machine too
     assert [tq.state(t) for t in burst[:-1]] == ["cancelled", "cancelled"]
     last = tq.show(burst[-1])
     assert last["priority"] == 5
+    wait_for(out.exists, 90, "the burst's one run")  # (a file's stat a poll, not a `taskq show`)
     tq.wait_state(burst[-1], ("done",), 60)
     ran = [line.split() for line in out.read_text().splitlines()]
     assert [r[0] for r in ran] == [burst[-1]]  # the burst ran once: its last request
     assert float(ran[0][1]) >= _epoch(str(last["run_at"]))  # DELAY after the last, not before
     after = request()  # the key's window is over: a new request is a new run
     assert after != burst[-1]
+    wait_for(lambda: len(out.read_text().splitlines()) > 1, 90, "the new request's run")
     tq.wait_state(after, ("done",), 60)
     assert [line.split()[0] for line in out.read_text().splitlines()] == [burst[-1], after]
 
