@@ -283,6 +283,16 @@ def _uses_a_bed(item: pytest.Item) -> bool:
     )
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): one worker more than there are cores.
+
+    Much of the suite waits, on run times, leases and minute boundaries, with
+    its CPU idle; a third worker on two cores fills that, and on a machine
+    already busy it keeps the suite's share of the CPU from halving.
+    """
+    return (os.cpu_count() or 1) + 1
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist, every test of a shared-filesystem bed runs in one worker.
