@@ -16,8 +16,6 @@ what a request may ask for is request.py's to say.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import math
 from collections.abc import Iterable, Iterator
@@ -118,6 +116,7 @@ def _may_repeat(line: bytes, doc: dict[str, Any]) -> bool:
 
 
 _QUOTED = {name: f'"{name}"'.encode() for name in FIELDS}
+_TIMED = frozenset({"command", "run_at", "in"})
 
 
 def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -141,6 +140,8 @@ def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
         at = _instant(doc["run_at"]) if "run_at" in doc else None
         delay = _duration("in", doc["in"], allow_zero=True) if "in" in doc else None
         out["run_at"] = request.run_at(at, delay, now, names=("run_at", "in"))
+    if doc.keys() <= _TIMED:  # most lines: a command and its time, nothing more to look for
+        return out
     for name in ("timeout", "expires"):
         if name in doc:
             out[name] = _duration(name, doc[name])
@@ -191,6 +192,9 @@ def _payload(doc: dict[str, Any]) -> bytes:
         raise BadInput("give payload or payload_base64, not both")
     if "payload" in doc:
         return fields.text("payload", doc["payload"]).encode()
+    import base64  # only for a line with payload_base64
+    import binascii
+
     try:
         return base64.b64decode(fields.text("payload_base64", doc["payload_base64"]), validate=True)
     except binascii.Error:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool
-from taskq.spool.task import TaskName
+from taskq.spool.task import TaskName, bucket_of
 
 
 def place_all(
@@ -61,7 +61,7 @@ def _by_bucket(todo: list[tuple[str, TaskName]]) -> dict[str, list[int]]:
     """The indices of todo's tasks by their bucket, each bucket's in todo's order."""
     groups: dict[str, list[int]] = {}
     for i, (_, name) in enumerate(todo):
-        bucket = name.bucket
+        bucket = bucket_of(name.run_at)
         members = groups.get(bucket)
         if members is None:
             groups[bucket] = [i]

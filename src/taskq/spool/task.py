@@ -362,6 +362,7 @@ def _inner(value: Any) -> str:
 
 
 _SCALARS = {None: "null", True: "true", False: "false"}
+_JUST_STR = {str}
 
 
 def layout(doc: dict[str, Any]) -> bytes:
@@ -420,7 +421,7 @@ def _value(value: Any) -> str:
         return int.__repr__(value)  # as json writes an int
     if kind is dict and value:
         return _object(value)
-    if kind is list and value and all(type(v) is str for v in value):
+    if kind is list and value and {*map(type, value)} == _JUST_STR:
         return "[\n  " + ",\n  ".join(map(_STR, value)) + "\n ]"  # a command: strings
     if kind is list and value:
         return _members(_inner(value))

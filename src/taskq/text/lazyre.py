@@ -28,7 +28,7 @@ class Lazy:
         return self._compiled
 
     def fullmatch(self, text: str) -> re.Match[str] | None:
-        return self.compiled().fullmatch(text)
+        return (self._compiled or self.compiled()).fullmatch(text)  # one call once compiled
 
     def finditer(self, text: str) -> Iterator[re.Match[str]]:
-        return self.compiled().finditer(text)
+        return (self._compiled or self.compiled()).finditer(text)
