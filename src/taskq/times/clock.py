@@ -19,6 +19,17 @@ next second should begin by the bracket's middle, so the bracket halves
 each time: a dozen measurements, a second apart, bring a second down to
 milliseconds, and measuring every second keeps it there.
 
+A measurement the daemon does not trust (its uncertainty beyond
+--max-uncertainty) never shortens a lease: expiries are written by the
+later of its reading and the last trusted one's, carried forward by steps.
+A stale stamp (a FUSE client that reports the mtime of an earlier,
+committed write, as JuiceFS did on a loaded host) makes us look seconds
+ahead of the reference; were leases written by it, their expiries would
+already have passed for every other daemon, which would take the claims
+and permits of attempts still running. The later expiry errs the safe
+way: a lease that lasts longer than it need delays a takeover, never
+doubles an attempt.
+
 Wall clocks step (NTP at boot, a VM resumed, an operator's `date -s`); the
 monotonic clock does not. So the offset is carried forward between
 measurements by how much the wall clock moved beyond the monotonic one
@@ -76,6 +87,7 @@ class Clock:
         self.coarse = False  # the filesystem stamps whole seconds
         self.measured = False
         self._anchor = self._pair()  # (wall, mono) when the offset was measured
+        self._lease_low: int | None = None  # low by the last trusted measurement, at _anchor
 
     def now(self) -> int:
         return self.wall()
@@ -135,7 +147,8 @@ class Clock:
         """A reading of ours as the reference clock would at latest have it (for lease
         expiries: a lease taken now lasts at least as long as it says)."""
         lag = STAMP_LAG if self.coarse else 0
-        return now - self.low - self.drift() + lag
+        low = self.low if self._lease_low is None else min(self.low, self._lease_low)
+        return now - low - self.drift() + lag
 
     def aim(self, mono_at: int) -> int:
         """The monotonic instant, within a second from mono_at, to measure at next.
@@ -207,11 +220,13 @@ class Clock:
     def set_offset(self, offset: int, low: int | None = None, coarse: bool = False) -> None:
         """Record a measured offset (and its bound below) as of now (measure() calls it;
         tests may too)."""
+        carried = None if self._lease_low is None else self._lease_low + self.drift()
         self.offset = offset
         self.low = offset if low is None else low
         self.coarse = coarse
         self.measured = True
         self._anchor = self._pair()
+        self._lease_low = self.low if self.trusted() else carried
 
 
 def _open_probe(probe: str) -> int:

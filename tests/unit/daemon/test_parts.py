@@ -22,7 +22,7 @@ from taskq.daemon.loadgate import LOAD_READ, LoadGate
 from taskq.daemon.settings import Settings
 from taskq.daemon.wakeups import Wakeups
 from taskq.daemon.wiring import build_parts
-from taskq.spool import journal, transitions, walk
+from taskq.spool import journal, permits, transitions, walk
 from taskq.spool.layout import Spool
 from taskq.spool.states import Phase, State
 from taskq.spool.task import DEFAULT_PATH, ClaimName, TaskBody, TaskName, new_id
@@ -48,17 +48,21 @@ class Hands:
 class Parts:
     """A spool and the daemon's parts, made and wired by build_parts as the daemon's are."""
 
-    def __init__(self, root: Path, host: str = "h1", pid: int = 4242) -> None:
+    def __init__(
+        self, root: Path, host: str = "h1", pid: int = 4242, limits: dict[str, int] | None = None
+    ) -> None:
         self.spool = Spool(str(root))
         self.spool.init()
         self.t = Hands()
         self.clock = Clock(1 * MS, 2 * SECOND, wall=lambda: self.t.wall, mono=lambda: self.t.mono)
         self.clock.set_offset(0)
         self.daemon = DaemonId(host, pid)
-        settings = Settings(host_id=host, lease=10 * SECOND, kill_grace=2 * SECOND)
+        settings = Settings(
+            host_id=host, lease=10 * SECOND, kill_grace=2 * SECOND, queue_limits=limits or {}
+        )
         built = build_parts(self.spool, settings, self.clock, self.daemon)
         self.commit, self.settler, self.dispatcher = built.commit, built.settler, built.dispatcher
-        self.attempts, self.recovery = built.attempts, built.recovery
+        self.attempts, self.recovery, self.limits = built.attempts, built.recovery, built.limits
         self.requeued: list[TaskName] = []  # what the settler handed back to the due index
         into_index = self.settler.requeued
 
@@ -215,6 +219,34 @@ def test_recovery_takes_over_only_expired_leases_by_the_reference_clock(
     [found] = list(walk.tasks(b.spool, (State.PENDING,)))
     events = [r["event"] for r in journal.read(b.spool.log_dir(found.name.id))]
     assert events[-2:] == ["taken-over", "released"]
+
+
+def test_a_stale_probe_stamp_never_lets_another_daemon_take_a_running_attempt(
+    tmp_path: Path,
+) -> None:
+    a = Parts(tmp_path / "spool", host="a", limits={"reports": 1})
+    a.add(T0 - 1, queue="reports")
+    a.dispatcher.rescan(a.clock.now())
+    [ready] = a.dispatcher.claim_due(a.clock.now(), 1, QueueCaps({}, 8, []))
+    child = os.posix_spawn("/bin/sleep", ["sleep", "60"], os.environ)
+    try:
+        a.attempts.add_child(Running(ready.claim, ready.body, child, a.clock.mono()))
+        # a's probe reads the stamp of an earlier write (a loaded FUSE client): a seems
+        # 10 s ahead of the spool's clock, stops dispatching, and renews its leases.
+        a.clock.set_offset(10 * SECOND)
+        a.t.tick(3 * SECOND)
+        a.recovery.renew(a.clock.now(), a.clock.mono())
+        assert a.limits.renew(a.clock.now()) == []
+        # b, on the same clock and measured right, judges them a moment later.
+        b = Parts(tmp_path / "spool", host="b", limits={"reports": 1})
+        b.t.tick(a.t.wall - b.t.wall + 10 * MS)
+        b.limits.reclaim(b.clock.now(), True)
+        b.recovery.scan(b.clock.now(), b.clock.mono(), True, set())
+        assert [c.host for c in a.claims()] == ["a"]
+        assert [h.lease.host for h in permits.holdings(a.spool)] == ["a"]
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
 
 
 def test_attempts_time_out_with_term_then_kill(tmp_path: Path) -> None:

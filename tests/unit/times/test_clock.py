@@ -106,3 +106,25 @@ def test_a_wide_bracket_is_aimed_at_its_middle_a_narrow_one_at_its_start() -> No
     assert clock.aim(t.mono_us) == t.mono_us + 139 * MS  # a ms before .240
     clock.set_offset(250 * MS)  # fine stamps: not aimed
     assert clock.aim(t.mono_us) == t.mono_us
+
+
+def test_an_untrusted_measurement_never_shortens_a_lease() -> None:
+    clock, t = make()
+    before = clock.reference(clock.now())
+    # A stale stamp: the probe reports the mtime of a write 10 s old, so we seem 10 s ahead.
+    clock.set_offset(10 * SECOND)
+    assert not clock.trusted()
+    assert clock.reference(clock.now()) == before  # expiries stay by the last trusted one
+    t.step(3 * SECOND)  # a step meanwhile is carried forward as ever
+    assert abs(clock.reference(clock.now()) - before) < MS
+    clock.set_offset(3 * SECOND + 500 * MS)  # beyond 2 s: still not trusted
+    assert abs(clock.reference(clock.now()) - before) < MS
+    clock.set_offset(1 * SECOND)  # trusted: we are 1 s ahead (not 3), so the reference is
+    assert clock.trusted() and clock.reference(clock.now()) == before + 2 * SECOND
+
+
+def test_an_untrusted_measurement_that_lengthens_a_lease_counts() -> None:
+    clock, _ = make()
+    before = clock.reference(clock.now())
+    clock.set_offset(-10 * SECOND)  # the reference clock ran ahead of ours: later expiries
+    assert not clock.trusted() and clock.reference(clock.now()) == before + 10 * SECOND
