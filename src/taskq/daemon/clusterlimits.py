@@ -238,16 +238,27 @@ class ClusterLimits(Part):
         """A free mutex's oldest ticket whose task is neither pending nor claimed waits for nothing.
 
         (A claimed one is being tried by some daemon right now: it keeps its place.)
+        The two looks are not one: a task claimed between them, or released and
+        claimed again, is in neither when looked for. So the ticket goes first
+        and the task is looked for again: one still there gets its ticket back,
+        and a claim made after the ticket went makes it again (_take_mutex).
         """
         seen: set[str] = set()
         for ticket in self.view.tickets:
             if ticket.mutex in seen or Permit("mutex", ticket.mutex, 0) in self.view.held:
                 continue
             seen.add(ticket.mutex)
-            path = f"{self.spool.bucket_dir(ticket.task.bucket)}/{ticket.task}"
-            prefix = f"{ticket.task}_"
-            claimed = any(e.startswith(prefix) for e in fsutil.listdir(self.spool.claimed))
-            if not claimed and not os.path.lexists(path):
-                permits.unwait(self.spool, ticket)
-                self.view = permits.listing(self.spool)
-                return  # the next look goes on with the next one
+            if self._in_play(ticket.task):
+                continue
+            permits.unwait(self.spool, ticket)
+            if self._in_play(ticket.task):
+                permits.wait(self.spool, ticket)
+            self.view = permits.listing(self.spool)
+            return  # the next look goes on with the next one
+
+    def _in_play(self, task: TaskName) -> bool:
+        """Whether the task is claimed, or pending under this name (claimed/ looked at first)."""
+        prefix = f"{task}_"
+        if any(e.startswith(prefix) for e in fsutil.listdir(self.spool.claimed)):
+            return True
+        return os.path.lexists(f"{self.spool.bucket_dir(task.bucket)}/{task}")

@@ -72,7 +72,13 @@ class Parts:
 
         self.settler.requeued = requeued
 
-    def add(self, run_at: int, queue: str = "default", argv: tuple[str, ...] = ("true",)) -> str:
+    def add(
+        self,
+        run_at: int,
+        queue: str = "default",
+        argv: tuple[str, ...] = ("true",),
+        mutex: str | None = None,
+    ) -> str:
         body = TaskBody(
             id=new_id(T0),
             argv=list(argv),
@@ -80,6 +86,7 @@ class Parts:
             submitted_at=T0,
             queue=queue,
             env={"PATH": DEFAULT_PATH},
+            mutex=mutex,
         )
         return submit(self.spool, body)[0].id
 
@@ -247,6 +254,39 @@ def test_a_stale_probe_stamp_never_lets_another_daemon_take_a_running_attempt(
     finally:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
+
+
+def test_a_mutex_waiter_claimed_while_its_ticket_is_judged_keeps_its_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = Parts(tmp_path / "spool", host="a")
+    first, v, _ = (a.add(T0 - 3 + i, mutex="db") for i in range(3))
+    a.dispatcher.rescan(a.clock.now())
+    assert [r.body.id for r in a.dispatcher.claim_due(a.clock.now(), 1, QueueCaps({}, 8, []))] == [
+        first
+    ]
+    b = Parts(tmp_path / "spool", host="b")
+    b.dispatcher.rescan(b.clock.now())
+    assert b.dispatcher.claim_due(b.clock.now(), 8, QueueCaps({}, 8, [])) == []  # v, w wait
+    a.limits.release(first)  # its attempt ended: the mutex is free
+    [v_name] = [f.name for f in walk.tasks(a.spool, (State.PENDING,)) if f.name.id == v]
+    pending = a.spool.pending_path(v_name)
+    lexists = os.path.lexists
+    third = DaemonId("c", 7)
+    held: list[ClaimName] = []
+
+    def racing(path: str) -> bool:
+        # Daemon c claims v between b's look at claimed/ and its look at pending/.
+        if path == pending and not held:
+            held.append(transitions.claim(b.spool, path, v_name, third, T0 + 10 * SECOND))
+        return lexists(path)
+
+    monkeypatch.setattr(os.path, "lexists", racing)
+    b.limits.look(b.clock.now())
+    monkeypatch.setattr(os.path, "lexists", lexists)
+    assert held, "the race was not run"
+    transitions.release(b.spool, held[0])  # c listed the mutex as held: v waits again
+    assert permits.listing(b.spool).oldest_waiting("db") == v_name  # not w's
 
 
 def test_attempts_time_out_with_term_then_kill(tmp_path: Path) -> None:
