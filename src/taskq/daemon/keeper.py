@@ -52,6 +52,22 @@ def resolve(command: str, path: str) -> str:
     raise FileNotFoundError(errno.ENOENT, "not found", command)
 
 
+def proc_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (guards pid reuse)."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        stat = os.read(fd, 4096)  # three system calls where open() makes nine
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    # The command name may contain spaces and parentheses; fields follow the last ')'.
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
+
+
 class NoDirectory(OSError):
     """The attempt's working directory cannot be entered."""
 
@@ -134,7 +150,8 @@ class Keeper:
             os.close(in_fd)
             os.close(out_fd)
         self.running[pid] = status_fd
-        return {"op": "spawned", "pid": pid}
+        # Read here, on the keeper's core, and before the pid can be reaped and reused.
+        return {"op": "spawned", "pid": pid, "proc_start": proc_start_time(pid)}
 
     def _reap(self) -> None:
         while self.running:

@@ -54,6 +54,9 @@ def hung_after(lease: int) -> int:
     return max(REPLY_WAIT, lease // 3)
 
 
+Started = tuple[int, int | None]  # a spawned command's pid and start time (clock ticks)
+
+
 class KeeperGone(OSError):
     """The keeper died, or was hung and killed, before it answered a spawn."""
 
@@ -85,7 +88,7 @@ class KeeperLink:
         self.pinged: int | None = None  # when the unanswered ping was sent (monotonic µs)
         self.ready = False  # the keeper said it serves (it has imported what it needs)
         self.asked: collections.deque[int] = collections.deque()  # sizes of unanswered requests
-        self.answered: list[int | NotRun | KeeperGone] = []  # read, not yet taken by answers()
+        self.answered: list[Started | NotRun | KeeperGone] = []  # read, not yet taken by answers()
 
     def request(
         self, argv: list[str], env: dict[str, str], cwd: str, umask: int | None
@@ -120,11 +123,12 @@ class KeeperLink:
             raise KeeperGone(errno.EPIPE, "the keeper is gone") from None
         self.asked.append(len(request))
 
-    def answers(self) -> list[int | NotRun | KeeperGone]:
+    def answers(self) -> list[Started | NotRun | KeeperGone]:
         """The answers to every request sent since the last call, in order.
 
-        Each is the command's pid, NotRun (it could not be run; its status
-        is recorded) or KeeperGone (the keeper went away first).
+        Each is the command's pid and start time (Started), NotRun (it could
+        not be run; its status is recorded) or KeeperGone (the keeper went
+        away first).
         """
         self._hear(0)
         out, self.answered = self.answered, []
@@ -143,7 +147,8 @@ class KeeperLink:
             if reply["op"] == "failed":
                 self.answered.append(NotRun(int(reply["code"]), str(reply["error"])))
             else:
-                self.answered.append(int(reply["pid"]))
+                start = reply.get("proc_start")
+                self.answered.append((int(reply["pid"]), None if start is None else int(start)))
 
     def _reply(self) -> dict[str, Any]:
         """Wait for a spawn's reply, queueing the ends heard meanwhile."""
@@ -165,20 +170,21 @@ class KeeperLink:
         """The (pid, code) of attempts the keeper saw end, and whether the keeper is gone."""
         while self.sock is not None:
             try:
-                readable, _, _ = select.select([self.sock], [], [], 0)
-            except ValueError:
-                break
-            if not readable or self._read() is None:
+                if self._read(socket.MSG_DONTWAIT) is None:
+                    break
+            except BlockingIOError:  # nothing more to hear
                 break
         ends, gone = self.ends, self.gone
         self.ends, self.gone = [], False
         return ends, gone
 
-    def _read(self) -> dict[str, Any] | None:
+    def _read(self, flags: int = 0) -> dict[str, Any] | None:
         """One message: an end is queued, a pong noted; None when the keeper is gone."""
         assert self.sock is not None
         try:
-            data = self.sock.recv(4096)
+            data = self.sock.recv(4096, flags)
+        except BlockingIOError:
+            raise
         except OSError:
             data = b""
         if not data:

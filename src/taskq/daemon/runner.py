@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from taskq.client import fence
 from taskq.daemon.cgroups import Group
+from taskq.daemon.keeper import proc_start_time as proc_start_time  # (its owner)
 from taskq.daemon.keeperlink import KeeperLink
 from taskq.spool.layout import out_path, status_path
 from taskq.spool.runas import RunAs
@@ -393,22 +394,6 @@ def _stdin_fd(data: bytes | None) -> int:
 def _devnull() -> int:
     """One /dev/null descriptor for the daemon's life; each child gets a dup."""
     return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-
-
-def proc_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (guards pid reuse)."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        stat = os.read(fd, 4096)  # three system calls where open() makes nine
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    # The command name may contain spaces and parentheses; fields follow the last ')'.
-    return int(stat[stat.rindex(b")") + 2 :].split()[19])
 
 
 def kill_group(pid: int, sig: int) -> None:

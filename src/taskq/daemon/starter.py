@@ -128,10 +128,9 @@ class Starter(Part):
     def _answered(self, asked: list[tuple[Prepared, int]]) -> None:
         """The keeper's answers to the turn's requests: each attempt started, or why not."""
         for (ready, now), answer in zip(asked, self.attempts.keeper.answers(), strict=True):
-            if isinstance(answer, int):
-                self._started(
-                    ready, now, runner.Spawned(answer, runner.proc_start_time(answer), kept=True)
-                )
+            if isinstance(answer, tuple):
+                child = runner.Spawned(*answer, kept=True)
+                self._started(ready, now, child)
                 continue
             path = self.spool.claim_path(ready.claim)
             with self.poison.handling("task", ready.body.id, path, "start"):
