@@ -54,6 +54,14 @@ class InHand:
         if free > 0:
             self.prepared += self.parts.dispatcher.claim_due(now, free, self.caps())
 
+    def asking(self) -> bool:
+        """Whether the keeper has yet to answer requests of the last turn (hear() takes them)."""
+        return bool(self.parts.starter.asked)
+
+    def hear(self) -> None:
+        """The keeper's answers to the last turn's spawns: running attempts now, or ended."""
+        self.parts.starter.hear()
+
     def start(self) -> None:
         """Start the prepared attempts that are due (their starts are committed)."""
         if not self.prepared:

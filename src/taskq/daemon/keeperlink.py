@@ -3,9 +3,9 @@
 One keeper per daemon, started at the first attempt it can take and again
 after it died. Requests and replies go over a SOCK_SEQPACKET socket pair,
 so no other process can reach the keeper. The loop sends a turn's spawn
-requests one after another, then reads their replies (the pids), in
-order, each at most hung_after() after the one before: a keeper that does
-not answer in time, or a ping
+requests one after another and reads their replies (the pids), in order,
+at the start of the next turn, each at most hung_after() after the one
+before: a keeper that does not answer in time, or a ping
 still unanswered a renewal later, is hung and is killed. The keeper's end
 of an attempt (its exit status written, its lock let go) comes back as a
 message that wakes the loop. A keeper that is gone, killed or dead, has

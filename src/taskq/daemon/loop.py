@@ -97,7 +97,7 @@ class Daemon:
         if self.parts.wake.stop_requested and not self.stopping:
             self.stopping = True
             self.stop_deadline = self.clock.mono() + self.cfg.shutdown_grace
-        if not self.stopping or self.inhand.prepared:
+        if not self.stopping or self.inhand.prepared or self.inhand.asking():
             return False
         return not self.parts.attempts or self.clock.mono() >= self.stop_deadline
 
@@ -132,6 +132,7 @@ class Daemon:
         self.parts.commit.review()
         read = self._guard_clock()
         now = read if now is None else now
+        self.inhand.hear()
         self._settle_finished(now)
         self._keep_claims(now)
         rang = self.bell_rang

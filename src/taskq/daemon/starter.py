@@ -52,6 +52,7 @@ class Starter(Part):
         self.remeasure = remeasure  # measure the clock again (after a step)
         self.on_start = on_start  # an attempt started: (lateness, now), for the metrics
         self.full_until = 0  # monotonic µs: no dispatching before (the spool was full)
+        self.asked: list[tuple[Prepared, int]] = []  # sent to the keeper: (attempt, its instant)
 
     def start_due(self, prepared: list[Prepared]) -> list[Prepared]:
         """Spawn the prepared tasks that are due; return the rest for a later turn.
@@ -59,11 +60,11 @@ class Starter(Part):
         A task due within SPIN of now is waited for here, to the exact
         instant; one due later goes back to the loop, which sleeps until it
         while still reaping children and hearing signals and the doorbell.
-        The keeper is sent every request of the turn before its answers are
-        read, so that it spawns on its core while the loop prepares the next.
+        The keeper is sent every request of the turn, and its answers are
+        heard at the next turn (hear()), so that it spawns on its core while
+        the loop prepares the next attempt, and sleeps, and settles the ends.
         """
         later = []
-        asked: list[tuple[Prepared, int]] = []  # sent to the keeper: (attempt, start instant)
         for ready in prepared:
             run_at = ready.claim.task.run_at
             if self.clock.earliest_start(run_at) - self.clock.now() > SPIN:
@@ -72,10 +73,31 @@ class Starter(Part):
             self._wait_until_due(run_at)
             confirmed = self._still_ours(ready)
             if confirmed is not None:
-                self._spawn(confirmed, asked)
-        if asked:
-            self._answered(asked)
+                self._spawn(confirmed, self.asked)
         return later
+
+    def hear(self) -> None:
+        """The keeper's answers to the last turn's requests: each attempt started, or why not.
+
+        Heard first thing in a turn, before its ends are reaped (the keeper
+        answers a spawn before it can tell of that command's end), and
+        before anything counts the workers or renews the claims.
+        """
+        asked, self.asked = self.asked, []
+        if not asked:
+            return
+        for (ready, now), answer in zip(asked, self.attempts.keeper.answers(), strict=True):
+            if isinstance(answer, tuple):
+                child = runner.Spawned(*answer, kept=True)
+                self._started(ready, now, child)
+                continue
+            path = self.spool.claim_path(ready.claim)
+            with self.poison.handling("task", ready.body.id, path, "start"):
+                if isinstance(answer, NotRun):
+                    self._not_run(ready, answer.code, answer.strerror or str(answer), now)
+                else:
+                    log_dir = self.spool.log_dir(ready.body.id)
+                    self._keeper_gone(ready, log_dir, now, answer)
 
     def _wait_until_due(self, run_at: int) -> None:
         """Sleep to the exact instant a prepared task may start, never before it.
@@ -124,21 +146,6 @@ class Starter(Part):
             child = self._launch(ready, now, asked)
         if child is not None:
             self._started(ready, now, child)
-
-    def _answered(self, asked: list[tuple[Prepared, int]]) -> None:
-        """The keeper's answers to the turn's requests: each attempt started, or why not."""
-        for (ready, now), answer in zip(asked, self.attempts.keeper.answers(), strict=True):
-            if isinstance(answer, tuple):
-                child = runner.Spawned(*answer, kept=True)
-                self._started(ready, now, child)
-                continue
-            path = self.spool.claim_path(ready.claim)
-            with self.poison.handling("task", ready.body.id, path, "start"):
-                if isinstance(answer, NotRun):
-                    self._not_run(ready, answer.code, answer.strerror or str(answer), now)
-                else:
-                    log_dir = self.spool.log_dir(ready.body.id)
-                    self._keeper_gone(ready, log_dir, now, answer)
 
     def _started(self, ready: Prepared, now: int, child: runner.Spawned) -> None:
         """Journal the attempt's start (at the instant it was asked for) and watch it."""

@@ -32,6 +32,8 @@ def test_steps_start_what_is_due_settle_it_and_never_start_early(tmp_path: Path)
         due = submit(spool, request.body(Request(run_at=now - SECOND, cwd="/"), ["true"], now))[0]
         later = submit(spool, request.body(Request(run_at=now + HOUR, cwd="/"), ["true"], now))[0]
         daemon.step(now)
+        assert daemon.inhand.asking()  # asked of the keeper; the next step hears it first
+        daemon.inhand.hear()
         assert [run.body.id for run in daemon.parts.attempts.all()] == [due.id]
         assert byid.locate(spool, later.id).state == State.PENDING
         deadline = time.monotonic() + 60
