@@ -87,6 +87,9 @@ class ClusterLimits(Part):
 
     def acquire(self, held: ClaimName, body: TaskBody, now: int) -> str | None:
         """Take the permits a claimed attempt needs; None, or why it must wait."""
+        if body.mutex is None and body.queue not in self.limits and body.queue not in self.rates:
+            self.waiting.pop(body.id, None)
+            return None  # (most tasks: no permit to take, no lease to make)
         lease = permits.lease_for(body.id, self.expiry(now), self.daemon.pid, self.daemon.host)
         got: list[Held] = []
         why = None
