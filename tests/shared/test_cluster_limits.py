@@ -192,9 +192,12 @@ def test_a_mutex_never_has_two_and_waiters_go_in_run_time_order(
     stamps = tmp_path / "stamps"
     client = bed.hosts[2]
     running = [daemons(i, "--workers", "4", "--lease", "10s") for i in range(3)]
-    # The first holds the mutex for 3 s; once it runs, the others come due, each a
-    # little after the one before, and wait.
-    first = client.run("submit", "--mutex", "db", "--", *stamped(stamps, 3.0))
+    # The first holds the mutex until the test opens its gate; once it runs, the others
+    # come due, each a little after the one before, and wait.
+    gate = tmp_path / "gate"
+    line = 'echo "$TASKQ_ID $1 $(date +%s.%N)" >> ' + str(stamps)
+    holds = f"set -- start; {line}; until [ -e {gate} ]; do sleep 0.05; done; set -- end; {line}"
+    first = client.run("submit", "--mutex", "db", "--", "sh", "-c", holds, "sh")
     ids = [first.stdout.decode().strip()]
     wait_for(lambda: ids[0] in intervals_or_starts(stamps), 120, "the first to start")
     base = time.time() + 0.5
@@ -205,6 +208,16 @@ def test_a_mutex_never_has_two_and_waiters_go_in_run_time_order(
     ]
     argv = ["submit", "--mutex", "db", "--batch", "-"]
     ids += client.run(*argv, input="\n".join(lines).encode()).stdout.decode().split()
+    # The order is promised to the waiters, the tasks that found the mutex busy (their
+    # tickets); tasks due together at a free mutex go in the daemons' claim order.
+    spool = Spool(str(client.spool))
+
+    def waiting() -> bool:
+        tickets = {t.task.id for t in permits.listing(spool).tickets}
+        return tickets == set(ids[1:]) and set(other) <= intervals_or_starts(stamps)
+
+    wait_for(waiting, 120, "every waiter's ticket, and the others to start")
+    gate.touch()
     wait_for(lambda: all_done(client, ids + other), 300, "every task to be done")
     spans = intervals(stamps)
     held = sorted(spans[i] for i in ids)
