@@ -6,9 +6,11 @@ Starts a real daemon on a temporary spool, files N tasks due at distinct
 instants in one `submit --batch` (so that every task is durable before the
 first is due, and no submission's own time counts as lateness), each task
 being `date +%s.%N`, whose output is its own stamp of its start. Prints
-p50/p99/max of (a) the lateness the daemon records (spawn - run_at), (b) the
-lateness the command itself observes (its stamp - run_at, read back with
-`taskq logs`) and, for reference in the same run, (c) what the same command
+p50/p99/max of (a) the lateness the daemon records (spawn - run_at: the
+keeper's clock just before its posix_spawn, or the daemon's before an sh
+supervisor's), (b) the lateness the command itself observes (its stamp -
+run_at, read back from its output file in the spool, as `taskq logs` would)
+and, for reference in the same run, (c) what the same command
 observes when Python's subprocess starts it directly (its stamp - the
 instant before the call): the floor of any scheduler that starts it.
 """
@@ -23,6 +25,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from taskq.spool import journal
+from taskq.spool.layout import Spool, out_path
 
 TASKQ = [sys.executable, "-m", "taskq"]
 STAMP = ["date", "+%s.%N"]
@@ -65,14 +70,13 @@ def taskq_lateness(n: int, spool: Path) -> tuple[list[float], list[float]]:
         daemon.terminate()
         daemon.wait()
     observed, recorded = [], []
+    logs = Spool(str(spool))
     for task_id, run_at in zip(ids, run_ats, strict=True):
-        logs = subprocess.run([*TASKQ, "logs", task_id], env=env, capture_output=True, check=True)
-        observed.append(float(logs.stdout.split()[-1]) - run_at)
-        shown = subprocess.run(
-            [*TASKQ, "show", "--json", task_id], env=env, capture_output=True, check=True
-        )
-        doc = json.loads(shown.stdout)
-        recorded += [r["lateness"] for r in doc["attempts"] if r["event"] == "start"]
+        log_dir = logs.log_dir(task_id)
+        out = Path(out_path(log_dir, 1)).read_bytes()
+        observed.append(float(out.split()[-1]) - run_at)
+        records = journal.read(log_dir)
+        recorded += [r["lateness"] for r in records if r["event"] == "start"]
     return observed, recorded
 
 
@@ -97,6 +101,7 @@ def main() -> None:
     print(f"recorded lateness (spawn - run_at):       {quantiles(recorded)}")
     print(f"observed lateness (the command's stamp):  {quantiles(observed)}")
     print(f"floor: subprocess.run of the same command {quantiles(floor)}")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
