@@ -67,6 +67,7 @@ DAEMON_CASES = [
     ("daemon.claimed", "daemon.claimed"),
     ("daemon.started", "daemon.started"),
     ("daemon.committed", "daemon.committed"),
+    ("daemon.asked", "daemon.asked"),  # killed after the keeper took it, before its instant
     ("daemon.spawned", "daemon.spawned"),
     ("daemon.reaped", "daemon.reaped"),
     ("daemon.finished", "daemon.finished"),

@@ -59,8 +59,9 @@ class InHand:
         return bool(self.parts.starter.asked)
 
     def hear(self) -> None:
-        """The keeper's answers to the last turn's spawns: running attempts now, or ended."""
-        self.parts.starter.hear()
+        """The keeper's answers to the last turn's spawns: running attempts now, or ended
+        (or prepared again: the keeper found the wall clock short of their instant)."""
+        self.prepared += self.parts.starter.hear()
 
     def start(self) -> None:
         """Start the prepared attempts that are due (their starts are committed)."""

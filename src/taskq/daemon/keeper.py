@@ -6,11 +6,16 @@ session of its own, and talks to it over a socket pair (keeperlink.py): a
 request carries the command, its environment, working directory and umask,
 with the attempt's standard input, output file and locked status file
 passed as descriptors. Sharing the status file's open description shares
-its flock(), so the lock the daemon took is the keeper's from then on. The
-keeper writes "S" into the status file, posix_spawns the command in a new
-session (it holds no lock, no other descriptor of ours), and when the
-command ends writes its exit status (128+n for death by signal n, as sh
-reports it), closes the file, which lets the lock go, and tells the daemon.
+its flock(), so the lock the daemon took is the keeper's from then on. A
+request may come a few milliseconds before its instant, with that instant
+on both clocks ("not_before": wall and monotonic µs, as the daemon reckons
+its earliest start): the keeper looks the command up at once, then sleeps
+and spins until both clocks have passed it, so that at the instant only
+the spawn remains (start_at). Then it writes "S" into the status file,
+posix_spawns the command in a new session (it holds no lock, no other
+descriptor of ours), and when the command ends writes its exit status
+(128+n for death by signal n, as sh reports it), closes the file, which
+lets the lock go, and tells the daemon.
 
 The keeper outlives its daemon: its statuses keep being written, and the
 next daemon adopts the attempts by their status files as it adopts a
@@ -28,11 +33,50 @@ import selectors
 import signal
 import socket
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 MAX_REQUEST = 1 << 17  # bytes: a larger request goes to the sh supervisor instead
 DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
 _FDS = 3  # standard input, output, status
+SPIN = 200  # µs: the last stretch before an instant is spun, not slept (a sleep overshoots)
+LONGEST_WAIT = 100_000  # µs: an instant further off is not waited for (the wall clock stepped)
+
+
+def _wall() -> int:
+    return time.time_ns() // 1000
+
+
+def _mono() -> int:
+    return time.monotonic_ns() // 1000
+
+
+def start_at(
+    not_before: tuple[int, int],
+    wall: Callable[[], int] = _wall,
+    mono: Callable[[], int] = _mono,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int | None:
+    """Wait until both clocks have passed (wall, mono) µs; the wall reading then, or None.
+
+    Never before either: the monotonic instant is the daemon's earliest
+    start by its last clock measurement, the wall one the same by its wall
+    clock, which a step back of the whole system's clock (and so of a local
+    spool's) holds back. None, at once, when that is more than LONGEST_WAIT
+    off: the wall clock stepped back since the daemon reckoned, and it must
+    measure again.
+    """
+    wall_at, mono_at = not_before
+    while True:
+        now = wall()
+        left = max(wall_at - now, mono_at - mono())
+        if left <= 0:
+            return now
+        if left > LONGEST_WAIT:
+            return None
+        if left > SPIN:
+            sleep((left - SPIN) / 1e6)
 
 
 def exit_code(status: int) -> int:
@@ -135,10 +179,22 @@ class Keeper:
     def _start(
         self, request: dict[str, Any], in_fd: int, out_fd: int, status_fd: int
     ) -> dict[str, object]:
-        """Begin an attempt: "S" first, then the command; why not, as sh would say it."""
+        """Begin an attempt at its instant: "S" first, then the command; why not, as sh says.
+
+        Before the instant only the lookup happens; a command not found then
+        is looked up again at the instant, so that nothing is judged early.
+        An instant the wall clock does not reach in time is answered "early",
+        its files untouched (its status empty: an attempt that never began).
+        """
         try:
+            found = _lookup(request)
+            not_before = request.get("not_before")
+            at = _wall() if not_before is None else start_at((not_before[0], not_before[1]))
+            if at is None:
+                os.close(status_fd)
+                return {"op": "early"}
             os.write(status_fd, b"S\n")
-            pid = _spawn(request, in_fd, out_fd)
+            pid = _spawn(request, in_fd, out_fd, found)
         except OSError as e:
             # sh's statuses: 126 for a directory it cannot enter or a file it cannot run.
             code = 127 if e.errno == errno.ENOENT and not isinstance(e, NoDirectory) else 126
@@ -151,7 +207,7 @@ class Keeper:
             os.close(out_fd)
         self.running[pid] = status_fd
         # Read here, on the keeper's core, and before the pid can be reaped and reused.
-        return {"op": "spawned", "pid": pid, "proc_start": proc_start_time(pid)}
+        return {"op": "spawned", "pid": pid, "proc_start": proc_start_time(pid), "at": at}
 
     def _reap(self) -> None:
         while self.running:
@@ -178,7 +234,22 @@ class Keeper:
             self._detach()
 
 
-def _spawn(request: dict[str, Any], in_fd: int, out_fd: int) -> int:
+def _lookup(request: dict[str, Any]) -> str | None:
+    """The file argv[0] names, looked up ahead of the instant where the cwd cannot matter."""
+    command = str(request["argv"][0])
+    if "/" in command or not all(d.startswith("/") for d in _path(request).split(":")):
+        return None  # a path, or a PATH entry relative to the task's cwd: looked up there
+    try:
+        return resolve(command, _path(request))
+    except OSError:
+        return None  # looked up again at the instant, and reported then
+
+
+def _path(request: dict[str, Any]) -> str:
+    return str(request["env"].get("PATH", os.defpath))
+
+
+def _spawn(request: dict[str, Any], in_fd: int, out_fd: int, found: str | None = None) -> int:
     """posix_spawn the command in its own session, in its directory, under its umask."""
     argv = [str(a) for a in request["argv"]]
     env = {str(k): str(v) for k, v in request["env"].items()}
@@ -189,7 +260,7 @@ def _spawn(request: dict[str, Any], in_fd: int, out_fd: int) -> int:
         raise NoDirectory(e.errno, e.strerror, cwd) from None
     old = os.umask(umask) if isinstance(umask, int) else None
     try:
-        path = resolve(argv[0], env.get("PATH", os.defpath))
+        path = found or resolve(argv[0], env.get("PATH", os.defpath))
         actions = [
             (os.POSIX_SPAWN_DUP2, in_fd, 0),
             (os.POSIX_SPAWN_DUP2, out_fd, 1),

@@ -6,7 +6,9 @@ so no other process can reach the keeper. The loop sends a turn's spawn
 requests one after another and reads their replies (the pids), in order,
 at the start of the next turn, each at most hung_after() after the one
 before: a keeper that does not answer in time, or a ping
-still unanswered a renewal later, is hung and is killed. The keeper's end
+still unanswered a renewal later, is hung and is killed. A request sent
+ahead of its instant carries it (not_before); the keeper answers once it
+has spawned at that instant, within milliseconds. The keeper's end
 of an attempt (its exit status written, its lock let go) comes back as a
 message that wakes the loop. A keeper that is gone, killed or dead, has
 its attempts judged by the caller (attempts.py): each is killed by process
@@ -27,7 +29,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from taskq.daemon.keeper import DEFAULT_SIGNALS, MAX_REQUEST
 from taskq.times.timespec import SECOND
@@ -54,9 +56,6 @@ def hung_after(lease: int) -> int:
     return max(REPLY_WAIT, lease // 3)
 
 
-Started = tuple[int, int | None]  # a spawned command's pid and start time (clock ticks)
-
-
 class KeeperGone(OSError):
     """The keeper died, or was hung and killed, before it answered a spawn."""
 
@@ -67,6 +66,25 @@ class NotRun(OSError):
     def __init__(self, code: int, error: str) -> None:
         super().__init__(errno.ENOEXEC, error)
         self.code = code
+
+
+class Early(OSError):
+    """The wall clock had not reached the instant the keeper was to start at: nothing ran."""
+
+    def __init__(self) -> None:
+        super().__init__(errno.EAGAIN, "the wall clock stepped back before the start")
+
+
+class Began(NamedTuple):
+    """An attempt the keeper started: its command's pid and start time (clock ticks, which
+    guard a kill against pid reuse), and when it spawned it (wall µs, read just before)."""
+
+    pid: int
+    proc_start: int | None
+    at: int
+
+
+Answer = Began | NotRun | KeeperGone | Early
 
 
 class KeeperLink:
@@ -88,15 +106,31 @@ class KeeperLink:
         self.pinged: int | None = None  # when the unanswered ping was sent (monotonic µs)
         self.ready = False  # the keeper said it serves (it has imported what it needs)
         self.asked: collections.deque[int] = collections.deque()  # sizes of unanswered requests
-        self.answered: list[Started | NotRun | KeeperGone] = []  # read, not yet taken by answers()
+        self.answered: list[Answer] = []  # read, not yet taken by answers()
 
     def request(
-        self, argv: list[str], env: dict[str, str], cwd: str, umask: int | None
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        umask: int | None,
+        not_before: tuple[int, int] | None = None,
     ) -> bytes | None:
-        """A spawn request for argv; None if no keeper can take it (too large, none starts)."""
-        request = json.dumps(
-            {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "umask": umask}
-        ).encode()
+        """A spawn request for argv; None if no keeper can take it (too large, none starts).
+
+        not_before is the start's instant on the wall and monotonic clocks
+        (µs): the keeper spawns once both have passed it (keeper.start_at).
+        """
+        asked: dict[str, object] = {
+            "op": "spawn",
+            "argv": argv,
+            "env": env,
+            "cwd": cwd,
+            "umask": umask,
+        }
+        if not_before is not None:
+            asked["not_before"] = list(not_before)
+        request = json.dumps(asked).encode()
         if len(request) > MAX_REQUEST or not self._running():
             return None
         return request
@@ -123,12 +157,13 @@ class KeeperLink:
             raise KeeperGone(errno.EPIPE, "the keeper is gone") from None
         self.asked.append(len(request))
 
-    def answers(self) -> list[Started | NotRun | KeeperGone]:
+    def answers(self) -> list[Answer]:
         """The answers to every request sent since the last call, in order.
 
-        Each is the command's pid and start time (Started), NotRun (it could
-        not be run; its status is recorded) or KeeperGone (the keeper went
-        away first).
+        Each is Began (its pid, its start time and when it was spawned),
+        NotRun (it could not be run; its status is recorded), KeeperGone (the
+        keeper went away first) or Early (the wall clock stepped back before
+        the instant: not run).
         """
         self._hear(0)
         out, self.answered = self.answered, []
@@ -146,9 +181,12 @@ class KeeperLink:
             self.asked.popleft()
             if reply["op"] == "failed":
                 self.answered.append(NotRun(int(reply["code"]), str(reply["error"])))
+            elif reply["op"] == "early":
+                self.answered.append(Early())
             else:
                 start = reply.get("proc_start")
-                self.answered.append((int(reply["pid"]), None if start is None else int(start)))
+                proc_start = None if start is None else int(start)
+                self.answered.append(Began(int(reply["pid"]), proc_start, int(reply["at"])))
 
     def _reply(self) -> dict[str, Any]:
         """Wait for a spawn's reply, queueing the ends heard meanwhile."""
@@ -163,7 +201,7 @@ class KeeperLink:
             message = self._read()
             if message is None:
                 raise KeeperGone(errno.EPIPE, "the keeper died")
-            if message["op"] in ("spawned", "failed"):
+            if message["op"] in ("spawned", "failed", "early"):
                 return message
 
     def ended(self) -> tuple[list[tuple[int, int]], bool]:

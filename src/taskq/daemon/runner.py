@@ -70,6 +70,7 @@ class Spawned:
     kept: bool = False  # the keeper supervises it (pid is the command's); else our sh child
     unjoined: str | None = None  # why the attempt could not join its cgroup (it ends with 126)
     group: Group | None = None  # the cgroup it runs in (the starter's, for its Running)
+    at: int = 0  # when it was spawned (wall µs; 0: not noted)
 
 
 Join = Callable[[int], None]  # moves a process into an attempt's cgroup (cgroups.Group.join)
@@ -164,8 +165,9 @@ def ask(
     log_dir: str,
     env: dict[str, str],
     user: RunAs | None = None,
+    not_before: tuple[int, int] | None = None,
 ) -> bool:
-    """Ask the keeper to start the attempt; False if it cannot take it (spawn() then).
+    """Ask the keeper to start the attempt, at not_before; False if it cannot (spawn() then).
 
     The status file is locked before the request leaves, and its lock goes
     with the descriptor to the keeper. The answer, the pid or why not, comes
@@ -174,7 +176,7 @@ def ask(
     """
     if user is not None and user.switch:
         return False
-    request = keeper.request(body.argv, env, body.cwd, body.umask)
+    request = keeper.request(body.argv, env, body.cwd, body.umask, not_before)
     if request is None:
         return False
     fds = _attempt_files(body, log_dir, name.attempt)

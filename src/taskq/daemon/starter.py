@@ -1,9 +1,12 @@
-"""Starting prepared attempts at their instant: wait, confirm the claim, spawn, journal.
+"""Starting prepared attempts at their instant: confirm the claim, wait, spawn, journal.
 
-A prepared task's start is already durable. At its instant the starter
-waits to the exact microsecond the clock allows (never before; a wall-clock
-step while waiting is measured again first), confirms that the claim is
-still ours, spawns the attempt under its supervisor and journals the start.
+A prepared task's start is already durable. Within LEAD of its instant the
+starter confirms that the claim is still ours, prepares the attempt's
+files and hands it to the keeper with the instant on both clocks, so that
+the keeper waits to the exact microsecond the clock allows (never before)
+and then only spawns; an attempt under an sh supervisor is waited for here
+instead (a wall-clock step while waiting is measured again first). The
+start is journalled at the instant the spawn was made.
 A spool that cannot take the attempt's files (full, read-only) puts the
 task back and pauses dispatching; any other failure to start is a failed
 attempt with status 127.
@@ -21,7 +24,7 @@ from taskq.daemon import runner
 from taskq.daemon.attempts import Attempts, Prepared, Running
 from taskq.daemon.cgroups import Group
 from taskq.daemon.crew import Crew, Part
-from taskq.daemon.keeperlink import KeeperGone, NotRun
+from taskq.daemon.keeperlink import Began, Early, KeeperGone, NotRun
 from taskq.spool import attemptfiles, fsutil, journal, ownership, transitions
 from taskq.spool.faults import crash_point
 from taskq.spool.journal import Event
@@ -29,11 +32,15 @@ from taskq.spool.resources import Resources
 from taskq.spool.states import State
 from taskq.spool.task import ClaimName
 from taskq.spool.transitions import DaemonId
+from taskq.times.clock import Clock
 from taskq.times.timespec import MS, SECOND, format_duration, format_iso
 
 log = logging.getLogger("taskq")
 
-SPIN = 2 * MS  # a prepared task due sooner than this is waited for in place
+# A prepared task due sooner than this is started in place: handed to the keeper
+# with its instant, or waited for. As much as the loop's wake-up, the attempt's
+# files and the keeper's own wake-up can take, at the instant they cost nothing.
+LEAD = 5 * MS
 FULL_WAIT = 5 * SECOND  # no dispatching this long after the spool was full
 
 
@@ -57,39 +64,46 @@ class Starter(Part):
     def start_due(self, prepared: list[Prepared]) -> list[Prepared]:
         """Spawn the prepared tasks that are due; return the rest for a later turn.
 
-        A task due within SPIN of now is waited for here, to the exact
-        instant; one due later goes back to the loop, which sleeps until it
-        while still reaping children and hearing signals and the doorbell.
-        The keeper is sent every request of the turn, and its answers are
-        heard at the next turn (hear()), so that it spawns on its core while
-        the loop prepares the next attempt, and sleeps, and settles the ends.
+        A task due within LEAD of now is started here: the keeper waits for
+        its exact instant (or this does, for an sh supervisor); one due later
+        goes back to the loop, which sleeps until it while still reaping
+        children and hearing signals and the doorbell. The keeper is sent
+        every request of the turn, and its answers are heard at the next turn
+        (hear()), so that it waits and spawns on its core while the loop
+        prepares the next attempt, and sleeps, and settles the ends.
         """
         later = []
         for ready in prepared:
             run_at = ready.claim.task.run_at
-            if self.clock.earliest_start(run_at) - self.clock.now() > SPIN:
+            if self.clock.earliest_start(run_at) - self.clock.now() > LEAD:
                 later.append(ready)
                 continue
-            self._wait_until_due(run_at)
             confirmed = self._still_ours(ready)
             if confirmed is not None:
                 self._spawn(confirmed, self.asked)
         return later
 
-    def hear(self) -> None:
+    def hear(self) -> list[Prepared]:
         """The keeper's answers to the last turn's requests: each attempt started, or why not.
 
         Heard first thing in a turn, before its ends are reaped (the keeper
         answers a spawn before it can tell of that command's end), and
-        before anything counts the workers or renews the claims.
+        before anything counts the workers or renews the claims. Returns
+        those the keeper found early (the wall clock stepped back), to be
+        started anew: their files are as fresh as before, empty and unlocked.
         """
         asked, self.asked = self.asked, []
+        early: list[Prepared] = []
         if not asked:
-            return
+            return early
         for (ready, now), answer in zip(asked, self.attempts.keeper.answers(), strict=True):
-            if isinstance(answer, tuple):
-                child = runner.Spawned(*answer, kept=True)
-                self._started(ready, now, child)
+            if isinstance(answer, Began):
+                child = runner.Spawned(answer.pid, answer.proc_start, kept=True)
+                self._started(ready, answer.at, child)
+                continue
+            if isinstance(answer, Early):
+                self.remeasure("the wall clock stepped; ")
+                early.append(ready)
                 continue
             path = self.spool.claim_path(ready.claim)
             with self.poison.handling("task", ready.body.id, path, "start"):
@@ -98,23 +112,10 @@ class Starter(Part):
                 else:
                     log_dir = self.spool.log_dir(ready.body.id)
                     self._keeper_gone(ready, log_dir, now, answer)
-
-    def _wait_until_due(self, run_at: int) -> None:
-        """Sleep to the exact instant a prepared task may start, never before it.
-
-        A wall-clock step while we wait counts at once (Clock.earliest_start
-        follows it); we measure against the spool again before starting.
-        """
-        while True:
-            if self.clock.stepped():
-                self.remeasure("the wall clock stepped; ")
-            now = self.clock.now()
-            if self.clock.may_start(run_at, now):
-                return
-            time.sleep((self.clock.earliest_start(run_at) - now) / SECOND)
+        return early
 
     def _still_ours(self, ready: Prepared) -> Prepared | None:
-        """Check, at the instant of the start, that the claim is still ours.
+        """Check, within LEAD of the start, that the claim is still ours.
 
         Soon after the start rename a look suffices (a takeover needs the lease
         to run out). Later (a daemon paused, a long wait) the claim is renewed
@@ -145,10 +146,10 @@ class Starter(Part):
         with self.poison.handling("task", body.id, self.spool.claim_path(ready.claim), "start"):
             child = self._launch(ready, now, asked)
         if child is not None:
-            self._started(ready, now, child)
+            self._started(ready, child.at or now, child)
 
     def _started(self, ready: Prepared, now: int, child: runner.Spawned) -> None:
-        """Journal the attempt's start (at the instant it was asked for) and watch it."""
+        """Journal the attempt's start (at `now`, the instant of its spawn) and watch it."""
         held, body = ready.claim, ready.body
         crash_point("daemon.spawned")
         log_dir = self.spool.log_dir(body.id)
@@ -189,13 +190,16 @@ class Starter(Part):
                 if group is None:
                     return None
             else:
-                keeper = self.attempts.keeper
-                if runner.ask(keeper, body, held.task, log_dir, env, ready.user):
-                    asked.append((ready, now))
+                at = _instants(self.clock, self.remeasure, held.task.run_at)
+                if runner.ask(self.attempts.keeper, body, held.task, log_dir, env, ready.user, at):
+                    asked.append((ready, max(now, at[0])))
+                    crash_point("daemon.asked")
                     return None
+            _wait_until_due(self.clock, self.remeasure, held.task.run_at)
+            now = self.clock.now()
             join = None if group is None else group.join
             child = runner.spawn(body, held.task, log_dir, env, ready.user, join)
-            child.group = group
+            child.group, child.at = group, now
             return child
         except KeeperGone as e:
             self._keeper_gone(ready, log_dir, now, e)
@@ -305,3 +309,25 @@ def _record_start(
         lateness=(now - held.task.run_at) / SECOND,
         fence=fence.token(held),
     )
+
+
+def _instants(clock: Clock, remeasure: Callable[[str], None], run_at: int) -> tuple[int, int]:
+    """The earliest start on both clocks, measured again first if the wall clock stepped."""
+    if clock.stepped():
+        remeasure("the wall clock stepped; ")
+    return clock.start_instants(run_at)
+
+
+def _wait_until_due(clock: Clock, remeasure: Callable[[str], None], run_at: int) -> None:
+    """Sleep to the exact instant a prepared task may start, never before it.
+
+    A wall-clock step while we wait counts at once (Clock.earliest_start
+    follows it); we measure against the spool again before starting.
+    """
+    while True:
+        if clock.stepped():
+            remeasure("the wall clock stepped; ")
+        now = clock.now()
+        if clock.may_start(run_at, now):
+            return
+        time.sleep((clock.earliest_start(run_at) - now) / SECOND)

@@ -6,13 +6,13 @@ wakes it, or until the earliest of these monotonic instants: its timers
 the clock guard's next check, the attempts' timeouts, systemd's watchdog,
 the shutdown grace, the next due task less the prepare lead, a schedule's
 next pass, the end of a pause or of a full spool, the load gate opening,
-and a prepared attempt's start less the starter's spin.
+and a prepared attempt's start less the starter's lead.
 """
 
 from __future__ import annotations
 
 from taskq.daemon.inhand import InHand
-from taskq.daemon.starter import SPIN
+from taskq.daemon.starter import LEAD
 from taskq.daemon.wiring import Parts
 from taskq.times.clock import Clock
 from taskq.times.timespec import SECOND
@@ -56,7 +56,7 @@ class WakePlan:
         else:
             out += self._dispatch_deadlines(mono, at_once)
         for ready in self.inhand.prepared:
-            wait = self.clock.earliest_start(ready.claim.task.run_at) - SPIN - self.clock.now()
+            wait = self.clock.earliest_start(ready.claim.task.run_at) - LEAD - self.clock.now()
             out.append(mono + wait)
         return out
 

@@ -140,6 +140,18 @@ class Clock:
         """
         return run_at + self.offset_now() + self.margin
 
+    def start_instants(self, run_at: int) -> tuple[int, int]:
+        """earliest_start(run_at) on both clocks: (wall, monotonic) µs, read together.
+
+        Between measurements the earliest start is a monotonic instant (the
+        offset follows the wall clock's drift from it); the wall one is the
+        same reckoned by the wall clock, which a step after this call moves.
+        """
+        wall, mono, _ = self._pair()
+        start = run_at + self.offset + (wall - self._anchor[0]) - (mono - self._anchor[1])
+        start += self.margin
+        return start, mono + start - wall
+
     def may_start(self, run_at: int, now: int) -> bool:
         return now >= self.earliest_start(run_at)
 
