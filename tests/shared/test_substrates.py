@@ -15,6 +15,7 @@ from substrates import (
     RENAME_NOREPLACE,
     CephBed,
     GlusterBed,
+    JuiceBed,
     MooseBed,
     mount_type,
     renameat2,
@@ -156,6 +157,20 @@ def test_moosefs_clients_share_one_clock_in_whole_seconds(moosefs: MooseBed) -> 
             f.write(b"x")
             stamps.append(os.fstat(f.fileno()).st_mtime_ns)
     assert all(ns % 1_000_000_000 == 0 for ns in stamps), stamps
+
+
+@pytest.mark.slow
+def test_the_clock_probe_on_juicefs_measures_its_writes_not_the_last_close(
+    juicefs: JuiceBed,
+) -> None:
+    """JuiceFS's client stamps a write's mtime at close: fstat after a write shows the last
+    close's, which would put us ahead by the time since the last measurement."""
+    clock = Clock()
+    probe = str(juicefs.fresh_dir("clock")[0] / "probe")
+    clock.measure(probe)
+    time.sleep(1.0)  # the stale stamp would be a second old
+    assert -MS <= clock.measure(probe) < 500 * MS
+    assert clock.trusted()
 
 
 @pytest.mark.slow

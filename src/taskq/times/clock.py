@@ -191,6 +191,7 @@ class Clock:
         samples: list[tuple[int, int, int]] = []
         fd = _open_probe(probe)
         try:
+            last = os.fstat(fd).st_mtime_ns // 1000
             while len(samples) < SAMPLES or self._sweeping(samples):
                 # A write, not utime(): the kernel (or file server) stamps it,
                 # and a faked clock in this process cannot supply the time.
@@ -201,6 +202,8 @@ class Clock:
                 time.sleep(0.0003)
         finally:
             os.close(fd)
+        if last % SECOND and all(mtime == last for _, mtime, _ in samples):
+            samples = _closed_samples(probe, self.wall)
         high = min(after - mtime for _, mtime, after in samples)
         coarse = all(mtime % SECOND == 0 for _, mtime, _ in samples)
         low = max(before - mtime for before, mtime, _ in samples) - SECOND if coarse else high
@@ -239,6 +242,26 @@ class Clock:
         self.measured = True
         self._anchor = self._pair()
         self._lease_low = self.low if self.trusted() else carried
+
+
+def _closed_samples(probe: str, wall: Callable[[], int]) -> list[tuple[int, int, int]]:
+    """Samples each bracketing a write and its close: for a client whose fstat after a
+    write still shows the mtime of the last close (JuiceFS's stamps a write at close).
+
+    The fine-stamp samples all showing the stamp the file had before them tells
+    such a client: a stamp that old would put us ahead by the time since the
+    last measurement.
+    """
+    samples = []
+    for i in range(SAMPLES):
+        before = wall()
+        fd = _open_probe(probe)
+        try:
+            os.pwrite(fd, bytes([i]), 0)
+        finally:
+            os.close(fd)
+        samples.append((before, os.lstat(probe).st_mtime_ns // 1000, wall()))
+    return samples
 
 
 def _open_probe(probe: str) -> int:
