@@ -346,7 +346,6 @@ SUBMIT_BUDGET = {
     "taskq.spool.memo",
     "taskq.spool.record",  # Request and TaskBody, records made without compiling
     "taskq.spool.resources",  # a body's limits: a NamedTuple and its checks
-    "taskq.spool.states",
     "taskq.spool.task",
     "taskq.text",
     "taskq.text.lazyre",

@@ -21,7 +21,6 @@ from taskq.errors import BadInput, ConfigError, TaskqError
 from taskq.spool import fields
 from taskq.spool.layout import CONFIG
 from taskq.spool.record import Frozen, record
-from taskq.spool.states import END_STATES
 from taskq.spool.task import check_queue
 from taskq.text.lazyre import Lazy
 from taskq.times.timespec import DAY, SECOND, parse_duration
@@ -39,7 +38,7 @@ class Notify(Frozen):
     """The [notify] table: a hook run with one JSON event per ended task."""
 
     command: tuple[str, ...]
-    on: frozenset[str] = frozenset(END_STATES)
+    on: frozenset[str]  # states, of END_STATES
     timeout: int = 30 * SECOND
 
 
@@ -139,6 +138,8 @@ class SpoolConfig:
             command = fields.command(table.get("command"), "notify.command")[0]
         except BadInput as e:
             raise ConfigError(f"{self.path}: {e}") from None
+        from taskq.spool.states import END_STATES  # the daemon's: off submit's start-up
+
         on = table.get("on", list(END_STATES))
         if not (type(on) is list and set(map(str, on)) <= set(END_STATES)):
             raise ConfigError(f"{where}.on must list some of done, failed, cancelled")

@@ -55,14 +55,16 @@ import os
 import stat
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from taskq.errors import CorruptFile
 from taskq.spool import fsutil
 from taskq.spool.faults import crash_point
-from taskq.spool.states import State
 from taskq.spool.task import MAX_BODY, ClaimName, TaskBody, TaskName, check_id
 from taskq.times.timespec import format_compact
+
+if TYPE_CHECKING:
+    from taskq.spool.states import State  # (a type here: its enum is not made at start-up)
 
 # An attempt names its log directory a few times; its id is checked once.
 _checked_id = functools.lru_cache(maxsize=4096)(check_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from taskq.errors import BadInput, CorruptFile
 from taskq.spool import fields, resources
@@ -18,7 +18,6 @@ from taskq.spool.fields import MAX_EXEC, MAX_EXEC_STRING
 from taskq.spool.memo import LastOf
 from taskq.spool.record import Frozen, field, names, record
 from taskq.spool.resources import Resources
-from taskq.spool.states import Phase
 from taskq.text.lazyre import Lazy
 from taskq.times.timespec import (
     MINUTE,
@@ -27,6 +26,9 @@ from taskq.times.timespec import (
     format_iso,
     parse_compact,
 )
+
+if TYPE_CHECKING:
+    from taskq.spool.states import Phase  # at run time only where a claim is parsed
 
 __all__ = ["MAX_EXEC", "MAX_EXEC_STRING"]  # (re-exported: request.py's limits too)
 
@@ -53,9 +55,16 @@ _COMPACT = r"\d{8}T\d{6}\.\d{6}Z"
 _TASK_NAME = Lazy(
     rf"({_COMPACT})_([0-9A-HJKMNP-TV-Z]{{26}})_([1-9]\d{{0,5}})_([A-Za-z0-9][A-Za-z0-9.-]{{0,63}})"
 )
-_CLAIM_NAME = Lazy(
-    rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+_[^_]+)_({'|'.join(Phase)})_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
-)
+
+
+def _claim_name() -> str:
+    from taskq.spool.states import Phase  # its enum is not made at a plain submit's start-up
+
+    phases = "|".join(Phase)
+    return rf"({_COMPACT}_[0-9A-Z]{{26}}_\d+_[^_]+)_({phases})_({_COMPACT})_([1-9]\d{{0,9}})_(.+)"
+
+
+_CLAIM_NAME = Lazy(_claim_name)
 
 TASK_NAME = _TASK_NAME  # groups: run_at (compact), id, attempt, queue
 CLAIM_NAME = _CLAIM_NAME  # groups: task name, phase, expiry, pid, host
@@ -327,6 +336,8 @@ class ClaimName(_Name):
         m = _CLAIM_NAME.fullmatch(name)
         if not m or _TOKEN.fullmatch(m.group(5)) is None:
             raise ValueError(f"not a claim file name: {name!r}")
+        from taskq.spool.states import Phase  # (imported by the match already)
+
         task = TaskName.parse(m.group(1))
         return cls(task, Phase(m.group(2)), parse_compact(m.group(3)), int(m.group(4)), m.group(5))
 

@@ -9,22 +9,28 @@ level and compiles itself the first time it matches.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 class Lazy:
-    """A pattern compiled at its first match, with the match methods taskq uses."""
+    """A pattern compiled at its first match, with the match methods taskq uses.
+
+    The pattern may be given as a function that makes its text, for one
+    built from another module's words (those of claim names: spool/task.py),
+    so that the words are not looked up before the first match either.
+    """
 
     __slots__ = ("_compiled", "flags", "pattern")
 
-    def __init__(self, pattern: str, flags: int = 0) -> None:
+    def __init__(self, pattern: str | Callable[[], str], flags: int = 0) -> None:
         self.pattern = pattern
         self.flags = flags
         self._compiled: re.Pattern[str] | None = None
 
     def compiled(self) -> re.Pattern[str]:
         if self._compiled is None:
-            self._compiled = re.compile(self.pattern, self.flags)
+            text = self.pattern if isinstance(self.pattern, str) else self.pattern()
+            self._compiled = re.compile(text, self.flags)
         return self._compiled
 
     def fullmatch(self, text: str) -> re.Match[str] | None:
