@@ -70,6 +70,11 @@ def _by_bucket(todo: list[tuple[str, TaskName]]) -> dict[str, list[int]]:
     return groups
 
 
+# A daemon removes an empty past bucket (once a rescan), so a bucket made here may
+# be gone again before it is opened: made and opened again, up to this many times.
+OPEN_TRIES = 100
+
+
 def _open_bucket(spool: Spool, bucket: str, pending: int) -> int:
     """A descriptor of the bucket, made first if missing; CorruptFile if it is a link or a file.
 
@@ -77,10 +82,11 @@ def _open_bucket(spool: Spool, bucket: str, pending: int) -> int:
     """
     path = spool.bucket_dir(bucket)
     try:
-        try:
-            return fsutil.open_dir(path)
-        except FileNotFoundError:
-            fsutil.ensure_dir(path, parent_mode=pending)
-            return fsutil.open_dir(path)
+        for _ in range(OPEN_TRIES - 1):
+            try:
+                return fsutil.open_dir(path)
+            except FileNotFoundError:  # missing, or removed again as empty before our open
+                fsutil.ensure_dir(path, parent_mode=pending)
+        return fsutil.open_dir(path)
     except CorruptFile as e:
         raise CorruptFile(f"{path} {e}") from None
