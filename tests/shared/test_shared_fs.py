@@ -179,6 +179,13 @@ def test_sigstop_past_the_lease_is_taken_over_and_recorded(
     a = daemons(0, "--lease", "2s")
     [task_id] = submit_batch(bed.client, stamping(stamps, script), [time.time()])
     wait_for(lambda: read_stamps(stamps), 30, "attempt 1 to start")
+    # Its start record is written once the daemon hears the keeper's answer, a turn
+    # after the spawn: stopped before that, the journal would not show attempt 1 begun.
+    wait_for(
+        lambda: [r for r in journal_of(bed.client, task_id) if r["event"] == "start"],
+        30,
+        "attempt 1's start record",
+    )
     a.proc.send_signal(signal.SIGSTOP)
     try:
         daemons(1, "--lease", "2s")
