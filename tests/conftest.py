@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -157,6 +158,22 @@ def start_daemon(tq: Taskq, tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 
     yield start
     kill_all(started)
+    kill_left(tq.spool)
+
+
+def kill_left(spool: Path) -> None:
+    """SIGKILL what still runs for this spool once its daemons are gone, by pid: the keepers
+    and supervisors that outlive a killed daemon by design, and the commands they run
+    (each in a session of its own; one deaf to TERM would run on after the test)."""
+    marks = {f"TASKQ_SPOOL={p}".encode() for p in (spool, spool.resolve())}
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone, or not ours to read
+        if pid != os.getpid() and marks.intersection(env):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def kill_all(daemons: list[Daemon]) -> None:

@@ -16,7 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Daemon, Taskq, events, read_stamps, stamp_cmd, until, wait_for
+from conftest import (
+    Daemon,
+    Taskq,
+    events,
+    kill_left,
+    read_stamps,
+    stamp_cmd,
+    until,
+    wait_for,
+)
 
 StartDaemon = Callable[..., Daemon]
 
@@ -103,6 +112,21 @@ def test_daemon_killed_while_its_keeper_lives(
     assert len(events(doc, "start")) == 1 and len(read_stamps(stamps)) == 2  # none ran twice
     # With its daemon gone and nothing left to run, the old keeper exits.
     wait_for(lambda: gone(keeper), 30, "the orphaned keeper to exit")
+
+
+def test_a_command_deaf_to_term_left_by_a_killed_daemon_ends_with_its_test(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
+) -> None:
+    # The keeper outlives its daemon's SIGKILL by design, and so does what it runs: the
+    # fixture's teardown (kill_left) must end both, or a test leaves them running.
+    daemon = start_daemon()
+    task_id = tq.submit("--", *stamp_cmd(stamps, "; trap '' TERM; sleep 300"))
+    wait_for(lambda: read_stamps(stamps), 30, "the attempt to start")
+    pid, keeper = keeper_of(tq, task_id)
+    daemon.kill()
+    assert not gone(pid) and not gone(keeper)
+    kill_left(tq.spool)
+    wait_for(lambda: gone(pid) and gone(keeper), 30, "the command and its keeper killed")
 
 
 @pytest.mark.slow
