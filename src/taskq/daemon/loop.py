@@ -137,8 +137,9 @@ class Daemon:
         self._keep_claims(now)
         rang = self.bell_rang
         if not self.stopping:
-            if not self.parts.schedules.passed:
-                self._pass_schedules(now, rang)  # catch-up decides before the first dispatch
+            schedules, lead = self.parts.schedules, self.parts.commit.lead()
+            if not schedules.passed or schedules.judging(now, lead):
+                self._pass_schedules(now, rang)  # catch-up and overlap decide before a claim
             self._find_due_work(now)
         self.parts.commit.commit()
         self.parts.aftermath.committed()
@@ -221,7 +222,8 @@ class Daemon:
     def _pass_schedules(self, now: int, rang: bool) -> None:
         """Keep every schedule's next occurrence made; only on a trusted clock."""
         if self.parts.guard.ok:
-            self.parts.schedules.tick(now, rang, busy=bool(self.inhand.prepared))
+            lead = self.parts.commit.lead()
+            self.parts.schedules.tick(now, rang, busy=bool(self.inhand.prepared), lead=lead)
 
     # -- the clock and health -----------------------------------------------
 

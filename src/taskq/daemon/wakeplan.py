@@ -65,7 +65,8 @@ class WakePlan:
         out = [self.next["rescan"]]
         busy = bool(self.inhand.prepared)
         if self.parts.guard.ok:
-            out.append(mono + self.parts.schedules.wake_at(busy=busy) - self.clock.now())
+            wake = self.parts.schedules.wake_at(busy=busy, lead=self.parts.commit.lead())
+            out.append(mono + wake - self.clock.now())
         if (not index and index.more_beyond) or at_once:
             out.append(mono)  # the index ran dry, drop files wait, or tasks were filed: at once
         if mono < self.parts.starter.full_until:

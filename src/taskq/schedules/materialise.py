@@ -69,6 +69,8 @@ class Pass:
     events: list[dict[str, Any]] = field(default_factory=list)
     lost: bool = False  # a compare-and-swap of this pass lost: its state is not saved
     health: dict[str, dict[str, Any]] = field(default_factory=dict)  # by schedule, for metrics
+    lead: int = 0  # how far ahead of a task's run time this process may claim it
+    judge_at: int = HELD_AT  # the earliest slot-less-guard still to judge (see Materialiser)
 
     @property
     def spool(self) -> Spool:
@@ -119,6 +121,7 @@ def advance(p: Pass, sched: Schedule) -> int | None:
         _catch_up(p, sched, state)
         _judge(p, sched, state, paused=False)
         _top_up(p, sched, state)
+        _judge(p, sched, state, paused=False)  # one made within the lead: before any claim
     if p.lost:  # another pass moved the occurrence first and saved its state: read it next
         p.lost = False
         return p.now + HELD_POLL
@@ -135,7 +138,8 @@ def _next_pass(p: Pass, sched: Schedule, state: Cursor, paused: bool) -> int | N
     elif state.live and sched.pause_after:
         out.append(p.now + REFRESH)
     if state.cursor_task is not None and not state.checked:
-        out.append(state.cursor - guard(sched))
+        out.append(state.cursor - guard(sched) - p.lead)
+        p.judge_at = min(p.judge_at, state.cursor - guard(sched))
     if not paused and not sched.every_after and sched.when.after(state.cursor) is not None:
         out.append(state.cursor)
     return min(out) if out else None
@@ -229,7 +233,9 @@ def _follow(p: Pass, sched: Schedule, state: Cursor) -> None:
 
 def _judge(p: Pass, sched: Schedule, state: Cursor, paused: bool) -> None:
     """GUARD before the next slot: skip it if paused or skipped; on overlap, as --overlap says."""
-    if state.cursor_task is None or state.checked or p.now < state.cursor - guard(sched):
+    if state.cursor_task is None or state.checked:
+        return
+    if p.now + p.lead < state.cursor - guard(sched):  # no claim of ours can reach it yet
         return
     state.checked = True
     slot = format_iso(state.cursor)
@@ -292,9 +298,24 @@ def skipped_by_operator(sched: Schedule, slot: int) -> bool:
 
 
 def running_before(p: Pass, state: Cursor, not_this: str | None) -> list[str]:
-    """The schedule's occurrences that run now, other than not_this (the one being judged)."""
+    """The schedule's occurrences that run now, other than not_this (the one being judged).
+
+    The previous occurrence counts while it is due and still pending too: a
+    claim reaching the judged one takes it first (a daemon that started
+    late judges before its first claim, and a queue limit may hold it).
+    """
     ids = [_id(state.prev_task), *state.live]
-    return sorted({t for t in ids if t is not None and t != not_this and t in p.running})
+    out = {t for t in ids if t is not None and t != not_this and t in p.running}
+    prev = _id(state.prev_task)
+    if prev is not None and prev != not_this and _due_pending(p, str(state.prev_task)):
+        out.add(prev)
+    return sorted(out)
+
+
+def _due_pending(p: Pass, name: str) -> bool:
+    """Whether an occurrence waits in pending/ with its run time within this pass's lead."""
+    found = _pending(p, name)
+    return found is not None and found[0].run_at <= p.now + p.lead
 
 
 def _stop(p: Pass, name: str, running: list[str]) -> None:
@@ -461,33 +482,44 @@ class Materialiser:
         self.on_health = on_health
         self.on_event = on_event
         self.due_at = 0  # wall instant of the next pass
+        self.judge_at = HELD_AT  # the earliest slot less its guard not yet judged
         self.last = -RING_GAP
         self.passed = False  # a first pass is made before the daemon's first dispatch
 
-    def tick(self, now: int, rang: bool, busy: bool = False) -> None:
+    def tick(self, now: int, rang: bool, busy: bool = False, lead: int = 0) -> None:
         """Pass over the schedules if one needs it now, or the doorbell rang.
 
         busy: attempts wait to start at their instant, and a pass (a few
-        fsyncs) would delay them; it waits, up to BUSY_WAIT past its time.
+        fsyncs) would delay them; it waits, up to BUSY_WAIT past its time,
+        unless an overlap is to be judged (see judging).
         """
-        if now < self.due_at and not (rang and now >= self.last + RING_GAP):
+        judging = self.judging(now, lead)
+        if now < self.due_at and not judging and not (rang and now >= self.last + RING_GAP):
             return
-        if busy and self.passed and now < self.due_at + BUSY_WAIT:
+        if busy and self.passed and not judging and now < self.due_at + BUSY_WAIT:
             return
         self.last, self.passed = now, True
-        p = Pass(self.store, now, running_ids(self.store.spool))
+        p = Pass(self.store, now, running_ids(self.store.spool), lead=lead)
         due = now + REFRESH
         for name in self.store.names():
             nxt = self._one(p, name)
             if nxt is not None:
                 due = min(due, nxt)
-        self.due_at = due
+        self.due_at, self.judge_at = due, p.judge_at
         if self.on_health is not None:
             self.on_health(p.health)
 
-    def wake_at(self, busy: bool) -> int:
+    def judging(self, now: int, lead: int) -> bool:
+        """Whether a slot's overlap must be judged now: a claim `lead` ahead could take its task.
+
+        The daemon asks before it claims, so that no claim of its own beats
+        a judgment, however far its slow commits make it claim ahead.
+        """
+        return now + lead >= self.judge_at
+
+    def wake_at(self, busy: bool, lead: int = 0) -> int:
         """The wall instant the loop must wake for the next pass (see tick's busy)."""
-        return self.due_at + (BUSY_WAIT if busy and self.passed else 0)
+        return min(self.due_at + (BUSY_WAIT if busy and self.passed else 0), self.judge_at - lead)
 
     def _one(self, p: Pass, name: str) -> int | None:
         path = self.store.schedule_file(name)

@@ -14,12 +14,15 @@ from taskq.client import request
 from taskq.client.submit import submit
 from taskq.daemon.loop import Daemon
 from taskq.daemon.settings import Settings
-from taskq.spool import byid, journal
+from taskq.schedules import materialise
+from taskq.schedules.slots import Spec
+from taskq.schedules.store import Schedule, Store
+from taskq.spool import byid, journal, transitions
 from taskq.spool.layout import Spool
 from taskq.spool.states import Phase, State
-from taskq.spool.task import Request
+from taskq.spool.task import Request, TaskName
 from taskq.times.clock import wall_us
-from taskq.times.timespec import HOUR, SECOND
+from taskq.times.timespec import HOUR, MS, SECOND
 
 
 def test_steps_start_what_is_due_settle_it_and_never_start_early(tmp_path: Path) -> None:
@@ -52,3 +55,36 @@ def test_steps_start_what_is_due_settle_it_and_never_start_early(tmp_path: Path)
         assert journal.read(spool.log_dir(later.id)) == []
     finally:
         daemon.parts.attempts.close()  # its keeper, started by the first spawn
+
+
+def test_a_slow_disk_claim_lead_never_beats_the_overlap_judgment(tmp_path: Path) -> None:
+    """A 1 s --overlap queue schedule whose previous occurrence runs, on a daemon whose
+    commits took 500 ms (so it claims a second ahead, past the half-second guard): the
+    slot's task is queued behind the running one, not claimed to run beside it."""
+    spool = Spool(str(tmp_path / "spool"))
+    spool.init()
+    now = wall_us()
+    slot = (now // SECOND + 30) * SECOND
+    store = Store(spool)
+    template = request.body(Request(run_at=slot, cwd="/"), ["true"], now)
+    spec = Spec(cron=None, every=SECOND, tz="UTC", anchor=slot - HOUR)
+    sched = Schedule("q", spec, "skip", "queue", 0, template, now, slot - 3 * SECOND)
+    store.create(sched, replace_it=False)
+    materialise.advance(materialise.Pass(store, slot - 3 * SECOND // 2, frozenset()), sched)
+    previous = TaskName.parse(str(store.state("q", sched.since).cursor_task))
+    path = spool.pending_path(previous)
+    transitions.claim(spool, path, previous, transitions.DaemonId("other", 1), now + HOUR)
+    daemon = Daemon(spool, Settings(host_id="unit", workers=2))
+    try:
+        daemon.parts.health.lock(now)
+        daemon.parts.commit.times.append(500 * MS)  # its lead is now a second
+        for at in (slot - SECOND + 50 * MS, slot - SECOND // 2 + 50 * MS):
+            daemon.step(at)
+        state = store.state("q", sched.since)
+        assert state.held is not None, [e["event"] for e in store.history("q")]
+        held = TaskName.parse(state.held)
+        assert held.run_at == materialise.HELD_AT
+        assert byid.locate(spool, held.id).state == State.PENDING
+        assert "queued" in [e["event"] for e in store.history("q")]
+    finally:
+        daemon.parts.attempts.close()

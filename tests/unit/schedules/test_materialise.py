@@ -126,3 +126,20 @@ def test_a_hold_another_pass_made_first_is_no_error(
     p = materialise.Pass(store, T0 + 2 * HOUR - SECOND, ids)
     assert materialise.advance(p, sched) is not None  # no FileExistsError out of the pass
     assert store.state(sched.name, sched.since) == before  # lost: its state left to the winner
+
+
+def test_a_previous_occurrence_due_but_not_yet_claimed_counts_as_running(tmp_path: Path) -> None:
+    """A daemon that comes up late judges the next slot before its first claim: the
+    previous occurrence, due and pending, is claimed first and runs, so it overlaps."""
+    store, sched = _store(tmp_path / "spool", T0)
+    spec = Spec(cron=None, every=SECOND, tz="UTC", anchor=T0)
+    sched = dataclasses.replace(sched, spec=spec)
+    store.create(sched, replace_it=True)
+    materialise.advance(materialise.Pass(store, T0 + SECOND // 10, frozenset()), sched)
+    first = store.state(sched.name, sched.since).cursor_task
+    assert first is not None and TaskName.parse(first).run_at == T0 + SECOND
+    late = T0 + SECOND + 6 * SECOND // 10  # the first is due, unclaimed; the next is judged
+    materialise.advance(materialise.Pass(store, late, frozenset()), sched)
+    skipped = [e for e in store.history(sched.name) if e.get("why") == "overlap"]
+    assert [e["behind"] for e in skipped] == [TaskName.parse(first).id]
+    assert byid.locate(store.spool, TaskName.parse(first).id).state == "pending"
