@@ -13,7 +13,8 @@ the good tasks ran (never early: their own stamps say so), every bad file
 the daemon reads is gone from its place into corrupt/ with a one-line
 reason, and a few operator commands exit with a documented status and no
 traceback. At the end, fsck repairs the rest, every operator command runs
-clean, and a restarted daemon does the same again. A separate property
+clean, and a restarted daemon does the same again (and every operator
+command but the shows of planted names, run once already). A separate property
 does the same for config.toml.
 
 Derandomised, TASKQ_FUZZ_SPOOL examples (default 24, beside the issue's
@@ -342,7 +343,8 @@ def no_traceback(proc: subprocess.CompletedProcess[bytes], what: str) -> None:
     assert proc.returncode in STATUSES, (what, proc.returncode, proc.stderr)
 
 
-def operator_commands(run: Run) -> Iterator[list[str]]:
+def operator_commands(run: Run, planted: bool = True) -> Iterator[list[str]]:
+    """Every operator command, and (planted) a show of each planted schedule and task name."""
     good = next(iter(run.good), new_id(NOW))
     yield from (
         ["ls"], ["ls", "--json"], ["ls", "--state", "failed,cancelled,waiting"],
@@ -351,7 +353,7 @@ def operator_commands(run: Run) -> Iterator[list[str]]:
         ["status", "--json"], ["fsck", "--dry-run"], ["fsck", "--dry-run", "--json"],
         ["schedule", "ls"], ["schedule", "ls", "--json"], ["gc", "--dry-run"],
     )  # fmt: skip
-    for path, drop in run.placed:
+    for path, drop in run.placed if planted else []:
         if drop.place == "schedule":
             yield ["schedule", "show", path.parent.name]
         elif drop.place in ("bucket", "claimed", "waiting", "failed") and "_" in drop.name:
@@ -420,7 +422,8 @@ def test_hostile_files_anywhere_never_stop_the_daemon_or_the_commands(tmp_path: 
         run.start("restarted")  # a restart meets whatever is left, and does the same
         run.submit_good()
         check_example(run, [])
-        run_commands(run, list(operator_commands(run)))
+        # (the planted names were each shown once above; their files are unchanged since)
+        run_commands(run, list(operator_commands(run, planted=False)))
         assert run.daemon.stop() == 0, run.daemon.text()
     finally:
         if run.daemon is not None:
