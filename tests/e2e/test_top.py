@@ -187,9 +187,9 @@ def test_a_hundred_thousand_pending_and_sixteen_running(
 ) -> None:
     gate = tmp_path / "gate"
     start_daemon("--workers", "16")
-    running = [tq.submit("--", "sh", "-c", f"true {until(gate)}") for _ in range(16)]
-    for task_id in running:
-        tq.wait_state(task_id, ("running",), timeout=60)
+    line = json.dumps({"command": ["sh", "-c", f"true {until(gate)}"]}) + "\n"
+    running = tq.run("submit", "--batch", "-", input=(line * 16).encode()).stdout.decode().split()
+    wait_for(lambda: {tq.states()[t] for t in running} == {"running"}, 60, "16 running")
     now = time.time()
     # 5,000 overdue (the 16 workers are busy, so they stay so), 95,000 over the next days,
     # from an hour on: the submission may take many minutes on a loaded machine.
