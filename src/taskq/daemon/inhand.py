@@ -1,10 +1,11 @@
 """The work a daemon holds: attempts prepared and running, the workers left, the queue caps.
 
 A prepared attempt is claimed and its start made durable at the next group
-commit; the starter turns it into a running one at its instant. Both kinds
-count against --workers and each queue's caps, and both are this daemon's
-claims, which a recovery scan must not take back and the cluster limits
-must not sweep.
+commit; the starter turns it into a running one at its instant, handing it
+to the keeper, whose answer is heard in the next turn. All three kinds
+(prepared, asked, running) count against --workers and each queue's caps,
+and all are this daemon's claims, which a recovery scan must not take back
+and the cluster limits must not sweep.
 """
 
 from __future__ import annotations
@@ -26,18 +27,22 @@ class InHand:
         self.clock = clock
         self.prepared: list[Prepared] = []
 
+    def waiting(self) -> list[Prepared]:
+        """Attempts not running yet: prepared, or asked of the keeper and not yet answered."""
+        return self.prepared + [ready for ready, _ in self.parts.starter.asked]
+
     def ids(self) -> set[str]:
         """The ids of every task this daemon holds a claim on for an attempt."""
-        return self.parts.attempts.ids() | {p.claim.task.id for p in self.prepared}
+        return self.parts.attempts.ids() | {p.claim.task.id for p in self.waiting()}
 
     def free(self) -> int:
         """How many more attempts --workers leaves room for."""
-        return self.cfg.workers - len(self.parts.attempts) - len(self.prepared)
+        return self.cfg.workers - len(self.parts.attempts) - len(self.waiting())
 
     def caps(self) -> QueueCaps:
         """Each queue's room now: its limit, what it has in hand, pauses, permits, load."""
         busy = [r.body.queue for r in self.parts.attempts.all()]
-        busy += [p.body.queue for p in self.prepared]
+        busy += [p.body.queue for p in self.waiting()]
         paused = self.parts.dispatcher.pauses.held(self.clock.now())
         return QueueCaps(
             self.cfg.queue_limits,
@@ -64,7 +69,13 @@ class InHand:
         self.prepared += self.parts.starter.hear()
 
     def start(self) -> None:
-        """Start the prepared attempts that are due (their starts are committed)."""
+        """Start the prepared attempts that are due (their starts are committed).
+
+        Called early in a turn too, once the ends are read and before it
+        renews, claims or commits anything: an attempt prepared in an earlier
+        turn is durable already, and this turn's fsyncs must not stand
+        between it and its instant.
+        """
         if not self.prepared:
             return
         crash_point("daemon.committed")
