@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from taskq.spool import journal
+from taskq.spool import byid, journal
 from taskq.spool.layout import Spool
 
 BIN = Path(sys.executable).parent / "taskq"
@@ -80,10 +80,19 @@ class Taskq:
         out = self.run("ls", "--json", "--no-command").stdout
         return {r["id"]: r["state"] for r in map(json.loads, out.splitlines())}
 
+    def _not_yet(self, task_id: str, states: tuple[str, ...]) -> bool:
+        """Whether the task is surely not in one of states yet: found, in another state."""
+        try:
+            return byid.locate(Spool(str(self.spool)), task_id).state not in states
+        except Exception:  # (not found, a rename raced the look, ...): ask the CLI
+            return False
+
     def wait_state(
         self, task_id: str, states: tuple[str, ...], timeout: float = 15.0
     ) -> dict[str, Any]:
         def reached() -> dict[str, Any] | None:
+            if self._not_yet(task_id, states):  # a look in-process, not a `taskq show` per poll
+                return None
             doc = self.show(task_id)
             return doc if doc["state"] in states else None
 
