@@ -77,11 +77,18 @@ def parse(data: bytes | Iterable[bytes], defaults: Request, now: int) -> list[Ta
     """Turn NDJSON into bodies, each line over defaults; BadInput names the bad line."""
     bodies = []
     rows = data.split(b"\n") if isinstance(data, bytes) else data
+    plain: request.Former | None = None  # the bodies of lines that give a command and a time
     for number, line in enumerate(rows, 1):
         if not line.strip():
             continue
         try:
-            bodies.append(_body(_object(line), defaults, now))
+            doc = _object(line)
+            if doc.keys() <= _TIMED:  # most lines: one former makes them all
+                plain = plain or request.Former(defaults, now)
+                command = fields.strings("command", doc.get("command"))
+                bodies.append(plain.body(command, _run_at(doc, now)))
+            else:
+                bodies.append(_body(doc, defaults, now))
         except BadInput as e:
             raise BadInput(f"batch line {number}: {e}") from None
     return bodies
@@ -136,12 +143,9 @@ def _body(doc: dict[str, Any], defaults: Request, now: int) -> TaskBody:
 def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
     """The fields of the request that this line gives, checked."""
     out: dict[str, Any] = {}
-    if "run_at" in doc or "in" in doc:
-        at = _instant(doc["run_at"]) if "run_at" in doc else None
-        delay = _duration("in", doc["in"], allow_zero=True) if "in" in doc else None
-        out["run_at"] = request.run_at(at, delay, now, names=("run_at", "in"))
-    if doc.keys() <= _TIMED:  # most lines: a command and its time, nothing more to look for
-        return out
+    run_at = _run_at(doc, now)
+    if run_at is not None:
+        out["run_at"] = run_at
     for name in ("timeout", "expires"):
         if name in doc:
             out[name] = _duration(name, doc[name])
@@ -166,6 +170,15 @@ def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
     if limits:  # a line's limits replace the command line's, one by one
         out["limits"] = (defaults.limits or Resources())._replace(**limits)
     return out
+
+
+def _run_at(doc: dict[str, Any], now: int) -> int | None:
+    """The run time the line gives (run_at or in), or None if neither."""
+    if "run_at" not in doc and "in" not in doc:
+        return None
+    at = _instant(doc["run_at"]) if "run_at" in doc else None
+    delay = _duration("in", doc["in"], allow_zero=True) if "in" in doc else None
+    return request.run_at(at, delay, now, names=("run_at", "in"))
 
 
 def _instant(value: Any) -> str:

@@ -29,6 +29,7 @@ from taskq.spool.task import (
     MAX_BODY,
     MAX_STDIN,
     REQUESTED,
+    Bodies,
     Request,
     TaskBody,
     new_id,
@@ -48,16 +49,40 @@ def body(
     Any Request will do, a body too (a schedule's template): only the
     fields a request gives are read (task.REQUESTED).
     """
-    # Shallow, and the env shared, not copied: a body is never modified,
-    # and a batch's bodies that share one env have it checked and encoded
-    # once (memo.LastOf; python bench/run.py --only submit, --batch rows).
-    values = {**_requested(request), **changes} if changes else dict(_requested(request))
-    values["id"] = new_id(now)
-    values["argv"] = list(argv)
-    values["submitted_at"] = now
-    made = TaskBody.of(values)
-    accepted(made)
-    return made
+    return Former(request, now, changes).body(list(argv))
+
+
+class Former:
+    """The bodies of one request submitted at one instant, each with a fresh id: made and checked.
+
+    What a body takes from its request is checked once, when the former
+    is made (its text, MAILTO, the variables' room in exec()); what is a
+    body's own, its command and its file's size, as each is made. So a
+    batch's lines that give only a command and a time make their bodies
+    through one former, checked as `accepted` checks a body.
+    """
+
+    __slots__ = ("_bodies", "_env_bytes", "_now", "_run_at")
+
+    def __init__(self, request: Request, now: int, changes: Mapping[str, Any] | None = None):
+        # Shallow, and the env shared, not copied: a body is never modified,
+        # and a batch's bodies that share one env have it checked and encoded
+        # once (memo.LastOf; python bench/run.py --only submit, --batch rows).
+        values = {**_requested(request), **changes} if changes else dict(_requested(request))
+        values["submitted_at"] = now
+        self._env_bytes = _shared_checks(values)
+        self._bodies = Bodies(values)
+        self._now = now
+        self._run_at: int = values["run_at"]
+
+    def body(self, argv: list[str], run_at: int | None = None) -> TaskBody:
+        """The body running argv (a list of strings) at run_at (by default the request's)."""
+        _check_exec(self._env_bytes, argv)
+        made = self._bodies.make(
+            new_id(self._now), argv, self._run_at if run_at is None else run_at
+        )
+        _check_file(made.to_json())
+        return made
 
 
 def _requested_fields(request: Request) -> dict[str, Any]:
@@ -71,21 +96,36 @@ def accepted(body: TaskBody) -> bytes:
     """The body's file, once every limit is checked; BadInput names the first broken one.
 
     The checks are the daemon's reader's own (spool/fields.py), so a task
-    that reader would refuse is never accepted.
+    that reader would refuse is never accepted. A Former makes the same
+    checks, those of the request's fields once for all its bodies.
     """
-    fields.utf8_text("the working directory", body.cwd)
-    mailto = body.env.get("MAILTO")
+    _check_exec(_shared_checks(body.__dict__), body.argv)
+    return _check_file(body.to_json())
+
+
+def _shared_checks(values: Mapping[str, Any]) -> int:
+    """The checks of what a body takes from its request; what its variables take of exec()."""
+    fields.utf8_text("the working directory", values["cwd"])
+    mailto = values["env"].get("MAILTO")
     if mailto and mail_problem(mailto) is not None:
         raise BadInput(f"MAILTO {mailto!r} {mail_problem(mailto)}")
-    if body.key is not None:
-        fields.utf8_text("the key", body.key)
-    exec_bytes = _env_bytes(body.env) + fields.command(body.argv)[1]
+    if values["key"] is not None:
+        fields.utf8_text("the key", values["key"])
+    return _env_bytes(values["env"])
+
+
+def _check_exec(env_bytes: int, argv: list[str]) -> None:
+    """That exec() could take argv with variables of env_bytes."""
+    exec_bytes = env_bytes + fields.command(argv)[1]
     if exec_bytes > MAX_EXEC:
         raise BadInput(
             f"the command and its variables take {exec_bytes} bytes; exec() is given "
             f"at most {MAX_EXEC}"
         )
-    data = body.to_json()
+
+
+def _check_file(data: bytes) -> bytes:
+    """A body's file, if within the size the daemon reads."""
     if len(data) > MAX_BODY:
         raise BadInput(
             f"the task file would be {len(data)} bytes (escapes included), over the "

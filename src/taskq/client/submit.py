@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import fsutil, hints
 from taskq.spool.faults import crash_point
-from taskq.spool.keys import binding, key_path, legacy_key_path, read_binding, read_key, take_over
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, TaskName
 
@@ -48,6 +47,8 @@ def submit(
         fsutil.write_new(tmp, body.to_json(), 0o600 if group is None else 0o640, group=group)
         crash_point("submit.written")
         if body.key is not None:
+            from taskq.spool.keys import key_path  # with a key only
+
             existing = _bind_key(
                 spool, body.key, name, uid=_keyholder(body), policy=policy, now=body.submitted_at
             )
@@ -233,6 +234,8 @@ def _bind_keys(
     its body is removed; a bound key's path goes into `bound` (withdrawn
     with its task if the batch fails).
     """
+    from taskq.spool.keys import key_path  # with a key only
+
     for i in keyed:
         uid = _keyholder(bodies[i])
         existing = _bind_key(spool, str(bodies[i].key), names[i], sync=False, uid=uid)
@@ -294,6 +297,8 @@ def _bind_key(
     policy, a holder whose window has passed, or (--on-key replace) a
     pending or cancelled one, gives the key up to this task.
     """
+    from taskq.spool.keys import binding, key_path, legacy_key_path  # with a key only
+
     me = os.geteuid()
     uid = me if uid is None else uid
     if uid == me:
@@ -322,6 +327,8 @@ def _taken(
     spool: Spool, path: str, uid: int, staging: str, policy: KeyPolicy, name: TaskName, now: int
 ) -> bool:
     """Whether this task took the key over from its holder (see rekey.py)."""
+    from taskq.spool.keys import read_binding, take_over  # with a key only
+
     try:
         holder, until, seen = read_binding(path, uid)
     except (OSError, ValueError, CorruptFile):
@@ -337,6 +344,8 @@ def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
     A key file that another user planted under this user's name is refused
     as a temporary failure: a daemon removes such files (clean_tmp).
     """
+    from taskq.spool.keys import read_key  # with a key only
+
     try:
         first = read_key(path, uid)
     except (CorruptFile, ValueError) as e:  # a squat, or a file that names no task

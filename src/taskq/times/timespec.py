@@ -52,6 +52,9 @@ def parse_duration(text: str) -> int:
     Each unit at most once, the larger first: '1m1m' is a typo, not 2m.
     """
     s = text.strip().lower()
+    simple = _one_part(s)
+    if simple is not None:  # a whole number, with a unit or none: no pattern to compile
+        return within_limit(simple, text)
     pos, total, last = 0, 0, 1 << 62
     for m in _PART.finditer(s):
         if m.group(2) is None:  # a bare number: seconds, if it is all there is
@@ -69,6 +72,15 @@ def parse_duration(text: str) -> int:
             "(each unit once, the larger first)"
         )
     return within_limit(total, text)
+
+
+def _one_part(s: str) -> int | None:
+    """s's microseconds if it is ASCII digits and at most one unit (90, 90s, 5m), else None."""
+    digits = s.rstrip("dhmsuw")
+    unit = _UNITS.get(s[len(digits) :]) if len(digits) < len(s) else SECOND
+    if unit is None or not digits.isdigit() or not digits.isascii():
+        return None
+    return int(digits) * unit
 
 
 def within_limit(us: int, text: object) -> int:

@@ -12,9 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from taskq.errors import BadInput, CorruptFile
+from taskq.spool import record
 from taskq.spool.states import Phase
 from taskq.spool.task import (
     MAX_ATTEMPT,
+    Bodies,
     ClaimName,
     TaskBody,
     TaskName,
@@ -210,6 +212,15 @@ def test_a_bodys_file_is_the_layout_of_its_document(bodies: list[TaskBody]) -> N
     """Members that bodies share are laid out once (by value, env by identity): the same bytes."""
     for body in bodies:
         assert body.to_json() == layout(body.document())
+
+
+@given(batch_bodies)
+def test_bodies_made_alike_are_the_bodies_of_their_values(body: TaskBody) -> None:
+    """A batch's plain lines' bodies (Bodies.make): equal to the body, and its file to the byte."""
+    values = {k: v for k, v in body.__dict__.items() if k not in ("_file", "id", "argv")}
+    made = Bodies(values).make(body.id, body.argv, body.run_at + 1)
+    assert made == record.replace(body, run_at=body.run_at + 1)
+    assert made.to_json() == layout(made.document())
 
 
 def test_a_body_is_made_of_all_its_fields_or_refused() -> None:

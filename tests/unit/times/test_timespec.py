@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from taskq.errors import BadInput
+from taskq.times import timespec
 from taskq.times.timespec import (
     DAY,
     HOUR,
@@ -98,3 +99,14 @@ def test_format_compact_is_datetimes_form_and_parses_back() -> None:
         assert parse_compact(format_compact(us)) == us
         iso = datetime.fromtimestamp(us // 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
         assert format_iso(us) == f"{iso}.{us % 1_000_000:06d}Z"
+
+
+@given(st.text(alphabet="0123456789.dhmsuw\u00b2\u0663 ", max_size=8))
+def test_a_simple_duration_reads_as_the_pattern_reads_it(text: str) -> None:
+    """Whole numbers with one unit or none skip the pattern (_one_part): the same microseconds."""
+    s = text.strip().lower()
+    simple = timespec._one_part(s)
+    if simple is not None:
+        m = timespec._PART.fullmatch(s)
+        assert m is not None
+        assert simple == timespec._decimal_us(m.group(1), timespec._UNITS[m.group(2) or "s"])
