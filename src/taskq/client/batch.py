@@ -66,11 +66,24 @@ def lines(f: BinaryIO) -> Iterator[bytes]:
 
     The bound keeps a stream without newlines (a device, a runaway pipe)
     from filling memory: no longer line makes a task file within MAX_BODY.
+    f is read a block at a time, and the block's lines taken by one split.
     """
-    for number, line in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
-        if len(line) > MAX_LINE:
-            raise BadInput(f"batch line {number}: longer than {MAX_LINE} bytes")
-        yield line
+    rest, number = b"", 0  # the start of a line the next block ends; the lines given
+    while block := f.read(_BLOCK):
+        parts = (rest + block).split(b"\n") if rest else block.split(b"\n")
+        rest = parts.pop()
+        # (every part but the first is within one block, far below MAX_LINE)
+        if parts and len(parts[0]) > MAX_LINE:
+            raise BadInput(f"batch line {number + 1}: longer than {MAX_LINE} bytes")
+        number += len(parts)
+        if len(rest) > MAX_LINE:
+            raise BadInput(f"batch line {number + 1}: longer than {MAX_LINE} bytes")
+        yield from parts
+    if rest:
+        yield rest
+
+
+_BLOCK = 1 << 20
 
 
 def parse(data: bytes | Iterable[bytes], defaults: Request, now: int) -> list[TaskBody]:
@@ -85,8 +98,7 @@ def parse(data: bytes | Iterable[bytes], defaults: Request, now: int) -> list[Ta
             doc = _object(line)
             if doc.keys() <= _TIMED:  # most lines: one former makes them all
                 plain = plain or request.Former(defaults, now)
-                command = fields.strings("command", doc.get("command"))
-                bodies.append(plain.body(command, _run_at(doc, now)))
+                bodies.append(plain.body(doc.get("command"), _run_at(doc, now), "command"))
             else:
                 bodies.append(_body(doc, defaults, now))
         except BadInput as e:
@@ -174,9 +186,9 @@ def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
 
 def _run_at(doc: dict[str, Any], now: int) -> int | None:
     """The run time the line gives (run_at or in), or None if neither."""
-    if "run_at" not in doc and "in" not in doc:
-        return None
-    at = _instant(doc["run_at"]) if "run_at" in doc else None
+    if "run_at" not in doc:
+        return None if "in" not in doc else now + _duration("in", doc["in"], allow_zero=True)
+    at = _instant(doc["run_at"])
     delay = _duration("in", doc["in"], allow_zero=True) if "in" in doc else None
     return request.run_at(at, delay, now, names=("run_at", "in"))
 

@@ -75,9 +75,9 @@ class Former:
         self._now = now
         self._run_at: int = values["run_at"]
 
-    def body(self, argv: list[str], run_at: int | None = None) -> TaskBody:
-        """The body running argv (a list of strings) at run_at (by default the request's)."""
-        _check_exec(self._env_bytes, argv)
+    def body(self, argv: object, run_at: int | None = None, what: str = "argv") -> TaskBody:
+        """The body of argv, a list of strings (called `what`), at run_at (or the request's)."""
+        argv = _check_exec(self._env_bytes, argv, what)
         made = self._bodies.make(
             new_id(self._now), argv, self._run_at if run_at is None else run_at
         )
@@ -114,14 +114,16 @@ def _shared_checks(values: Mapping[str, Any]) -> int:
     return _env_bytes(values["env"])
 
 
-def _check_exec(env_bytes: int, argv: list[str]) -> None:
-    """That exec() could take argv with variables of env_bytes."""
-    exec_bytes = env_bytes + fields.command(argv)[1]
+def _check_exec(env_bytes: int, argv: object, what: str = "argv") -> list[str]:
+    """argv, a command (fields.command) that exec() could take with variables of env_bytes."""
+    command, size = fields.command(argv, what)
+    exec_bytes = env_bytes + size
     if exec_bytes > MAX_EXEC:
         raise BadInput(
             f"the command and its variables take {exec_bytes} bytes; exec() is given "
             f"at most {MAX_EXEC}"
         )
+    return command
 
 
 def _check_file(data: bytes) -> bytes:

@@ -522,7 +522,7 @@ class TaskBody(Request):
         A body is never modified, so its file is encoded once and kept: a
         submission checks the file's size, then writes the same bytes.
         """
-        data: bytes | None = self.__dict__.get("_file")
+        data: bytes | None = self.__dict__.get("_file")  # (None: not encoded yet)
         if data is None:
             data = self._encode()
             object.__setattr__(self, "_file", data)
@@ -688,20 +688,22 @@ class Bodies:
     def __init__(self, values: dict[str, Any]) -> None:
         """values: a body's, one for each field but id and argv (run_at: a default)."""
         like = TaskBody.of({**values, "id": "", "argv": []})
-        self._values = values
+        # Each body's fields are a copy of these, its own three set in place:
+        # a copy of a dict that holds every key is made whole, never grown.
+        self._values = {**like.__dict__, "_file": None}
         self._shared = None if _whole(values) else _shared_parts(like)
         self._at = format_iso(values["submitted_at"])
 
     def make(self, task_id: str, argv: list[str], run_at: int) -> TaskBody:
         """The body of these values with this id, command and run time, its file encoded."""
-        made: TaskBody = object.__new__(TaskBody)
-        d = made.__dict__
-        d.update(self._values)
+        d = self._values.copy()
         d["id"] = task_id
         d["argv"] = argv
         d["run_at"] = run_at
         if self._shared is not None:
             d["_file"] = _lay(self._shared, task_id, argv, run_at, self._at)
+        made: TaskBody = object.__new__(TaskBody)
+        object.__setattr__(made, "__dict__", d)
         return made
 
 
