@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from taskq.errors import TaskqError
 from taskq.spool import fsutil
 from taskq.spool.layout import Spool
-from taskq.spool.task import ClaimName, TaskName, decode_id, encode_id
+from taskq.spool.task import ClaimName, TaskName, decode_id, decode_ids, encode_id
 from taskq.text.lazyre import Lazy
 from taskq.times.timespec import format_compact
 
@@ -132,8 +132,7 @@ def _runs(names: list[TaskName]) -> list[list[tuple[int, TaskName]]]:
     or has other milliseconds."""
     runs: list[list[tuple[int, TaskName]]] = []
     last = -1
-    for name in names:
-        value = decode_id(name.id)
+    for value, name in zip(decode_ids([name.id for name in names]), names, strict=True):
         if runs and 0 < value - last <= MAX_GAP + 1 and (value ^ last) >> 80 == 0:
             runs[-1].append((value, name))
         else:
@@ -153,8 +152,11 @@ def _write_batch(spool: Spool, run: list[tuple[int, TaskName]]) -> bool:
     count = run[-1][0] - first + 1
     if width > MAX_WIDTH:
         return False
-    blank = " " * (width - 1)
-    data = "\n".join(targets.get(i, blank).ljust(width - 1) for i in range(count)) + "\n"
+    if len(targets) == count:  # no id left out: the records in order (the targets' order)
+        data = "\n".join([target.ljust(width - 1) for target in targets.values()]) + "\n"
+    else:
+        blank = " " * (width - 1)
+        data = "\n".join(targets.get(i, blank).ljust(width - 1) for i in range(count)) + "\n"
     directory = spool.batch_hint_dir(head.id)
     try:
         fsutil.ensure_dir(spool.ids)

@@ -132,6 +132,18 @@ def decode_id(task_id: str) -> int:
     return int(task_id.translate(_AS_BASE32), 32)
 
 
+def decode_ids(ids: list[str]) -> list[int]:
+    """decode_id of each id, checked and converted in one pass: a batch's thousands."""
+    joined = "/".join(ids)
+    if not ids:
+        return []
+    if len(_IDS.compiled().findall(joined)) != len(ids):
+        return [decode_id(task_id) for task_id in ids]  # to raise at the first bad one
+    return [int(digits, 32) for digits in joined.translate(_AS_BASE32).split("/")]
+
+
+# valid_id's rule over ids joined by "/", which no id holds.
+_IDS = Lazy(r"(?<![^/])[0-9A-HJKMNP-TV-Z]{26}(?![^/])")
 _AS_BASE32 = str.maketrans(_CROCKFORD, "0123456789ABCDEFGHIJKLMNOPQRSTUV")  # int()'s digits
 
 

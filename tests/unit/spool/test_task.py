@@ -23,6 +23,9 @@ from taskq.spool.task import (
     bucket_of,
     bucket_start,
     check_id,
+    decode_id,
+    decode_ids,
+    encode_id,
     layout,
     new_id,
     valid_bucket,
@@ -364,3 +367,11 @@ def test_priority_of_reads_the_key_line_as_layout_writes_it() -> None:
 def test_valid_buckets_keeps_what_valid_bucket_keeps(names: list[str]) -> None:
     names += ["202612011200", "2026120112001", ".202612011200"]
     assert valid_buckets(names) == [n for n in names if valid_bucket(n)]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=(1 << 128) - 1), max_size=20))
+def test_ids_decode_together_as_each_alone(values: list[int]) -> None:
+    ids = [encode_id(v) for v in values]
+    assert decode_ids(ids) == [decode_id(i) for i in ids] == values
+    with pytest.raises(ValueError, match="not a task id"):
+        decode_ids([*ids, ids[0][:25] if ids else "x"])
