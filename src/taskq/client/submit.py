@@ -193,13 +193,11 @@ def submit_batch(
         order = [i for i in todo if results[i] is None]
         hints.point_names(spool, [names[i] for i in order if bodies[i].key is not None])
 
-        def placed(j: int) -> None:
-            results[order[j]] = (names[order[j]], True)
-            crash_point("submit.renamed")
-
         placing.place_all(
-            spool, tmp_fd, [(entries[i], names[i]) for i in order], placed, _place_unhinted
+            spool, tmp_fd, [(entries[i], names[i]) for i in order], _renamed, _place_unhinted
         )
+        for i in order:
+            results[i] = (names[i], True)
         fsutil.syncfs_fd(tmp_fd, spool.root)
         crash_point("submit.synced")
         for i, first in repeats.items():
@@ -217,6 +215,10 @@ def submit_batch(
             os.close(tmp_fd)
     spool.ring()
     return [r for r in results if r is not None]
+
+
+def _renamed(_: int) -> None:
+    crash_point("submit.renamed")
 
 
 def _bind_keys(

@@ -79,13 +79,12 @@ def document(data: bytes | str) -> dict[str, Any]:
     scan, space, error = _decoder()
     try:
         text = data.decode() if isinstance(data, bytes) else data
-        try:
-            doc, end = scan(text, space(text, 0).end())
+        try:  # (white space is matched only where there is some: a batch's lines have none)
+            doc, end = scan(text, 0 if text[:1] == "{" else space(text, 0).end())
         except StopIteration as e:
             raise error("Expecting value", text, e.value) from None
-        end = space(text, end).end()
-        if end != len(text):
-            raise error("Extra data", text, end)
+        if end != len(text) and space(text, end).end() != len(text):
+            raise error("Extra data", text, space(text, end).end())
     except RecursionError:
         raise BadInput("JSON nested too deeply") from None
     except ValueError as e:  # UnicodeDecodeError and JSONDecodeError among them
