@@ -19,13 +19,19 @@ from taskq.daemon.keeperlink import Began, Early, KeeperLink
 # s: how far ahead of its instant each request goes (the daemon's lead is 5 ms), as
 # far as the keeper waits: time enough for the test to act before the instant.
 AHEAD = LONGEST_WAIT * 0.9 / 1e6
+TRIES = 5
+
+
+def serving() -> KeeperLink:
+    link = KeeperLink(lambda fd, key: None, lambda fd: None)
+    link.start()
+    wait_for(lambda: link.ended() and link.ready, 60, "the keeper to serve")
+    return link
 
 
 @pytest.fixture
 def keeper() -> Iterator[KeeperLink]:
-    link = KeeperLink(lambda fd, key: None, lambda fd: None)
-    link.start()
-    wait_for(lambda: link.ended() and link.ready, 60, "the keeper to serve")
+    link = serving()
     yield link
     link.close()  # the keeper exits once nothing of it runs
 
@@ -81,12 +87,23 @@ def test_a_wall_clock_behind_the_instant_starts_nothing(keeper: KeeperLink, tmp_
         os.close(fd)
 
 
-def test_the_keeper_starts_at_the_instant_though_its_daemon_died_before_it(
-    keeper: KeeperLink, tmp_path: Path
-) -> None:
-    instant, out, status = ask(keeper, tmp_path, AHEAD)
-    keeper.close()  # what a daemon killed -9 leaves the keeper: its end of the socket closed
-    closed = time.time_ns() // 1000
-    assert closed < instant, "too slow to close before the instant: nothing was tested"
+def exited(status: Path) -> None:
     wait_for(lambda: status.read_text() == "S\n0\n", 30, "the command's exit status")
-    assert float(out.read_text()) * 1e6 >= instant
+
+
+def test_the_keeper_starts_at_the_instant_though_its_daemon_died_before_it(
+    tmp_path: Path,
+) -> None:
+    # The request goes 90 ms ahead; a loaded machine may not close the socket within
+    # that, which tests nothing: then again, with a fresh keeper, up to TRIES times.
+    for n in range(TRIES):
+        link, where = serving(), tmp_path / str(n)
+        where.mkdir()
+        instant, out, status = ask(link, where, AHEAD)
+        link.close()  # what a daemon killed -9 leaves the keeper: its end of the socket closed
+        closed = time.time_ns() // 1000
+        exited(status)
+        assert float(out.read_text()) * 1e6 >= instant
+        if closed < instant:
+            return
+    pytest.fail(f"too slow to close before the instant in {TRIES} tries: nothing was tested")
