@@ -20,11 +20,7 @@ from taskq.times.timespec import MS, format_duration
 
 log = logging.getLogger("taskq")
 
-# The least lead: claim and commit this far ahead of a start. A directory's fsync
-# waits for the filesystem's journal commit, which another process's writes can
-# hold up for tens of milliseconds (35-70 ms seen, 150 ms for three in a row)
-# however fast the last 32 were; ahead of the instant it only holds a worker longer.
-PREPARE_LEAD = 100 * MS
+PREPARE_LEAD = 20 * MS  # the least lead: claim and commit this far ahead of a start
 SLOW = 100 * MS  # a commit slower than this is worth a warning
 
 
@@ -79,5 +75,5 @@ class GroupCommit:
         log.warning("slow disk: a commit took %s", format_duration(took))
 
     def lead(self) -> int:
-        """How far ahead to claim and commit: 100 ms, or twice the slowest recent commit."""
+        """How far ahead to claim and commit: 20 ms, or twice the slowest recent commit."""
         return min(CLAIM_LEAD_MAX, max(PREPARE_LEAD, 2 * max(self.times, default=0)))

@@ -69,13 +69,7 @@ class InHand:
         self.prepared += self.parts.starter.hear()
 
     def start(self) -> None:
-        """Start the prepared attempts that are due (their starts are committed).
-
-        Called early in a turn too, once the ends are read and before it
-        renews, claims or commits anything: an attempt prepared in an earlier
-        turn is durable already, and this turn's fsyncs must not stand
-        between it and its instant.
-        """
+        """Start the prepared attempts that are due (their starts are committed)."""
         if not self.prepared:
             return
         crash_point("daemon.committed")

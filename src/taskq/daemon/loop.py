@@ -119,7 +119,7 @@ class Daemon:
     # -- the loop ---------------------------------------------------------
 
     def step(self, now: int | None = None) -> None:
-        """One turn of the loop, without its sleep: settle, start, keep claims, find, commit, start.
+        """One turn of the loop, without its sleep: settle, keep claims, find, commit, start.
 
         `now` is the wall instant the turn decides by (default: the clock's,
         read after the clock guard has measured it if due); the starts
@@ -134,9 +134,6 @@ class Daemon:
         now = read if now is None else now
         self.inhand.hear()
         self._settle_finished(now)
-        # Before this turn's renewals, claims and fsyncs; after the ends are read, which
-        # takes every message of the keeper's: a request's answer waits for hear().
-        self.inhand.start()
         self._keep_claims(now)
         rang = self.bell_rang
         if not self.stopping:

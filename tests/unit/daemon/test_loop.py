@@ -90,50 +90,24 @@ def test_a_slow_disk_claim_lead_never_beats_the_overlap_judgment(tmp_path: Path)
         daemon.parts.attempts.close()
 
 
-def _handed_over_at_commits(tmp_path: Path, workers: int) -> tuple[Daemon, list[list[str]], str]:
-    """A prepared task past its instant and a due one to claim in one turn: the ids asked
-    of the keeper at each commit of that turn, and the due one's id."""
+def test_an_attempt_asked_of_the_keeper_counts_against_the_workers(tmp_path: Path) -> None:
+    """Handed to the keeper at the end of a turn, an attempt is neither prepared nor
+    running until its answer is heard in the next: it must hold its worker meanwhile."""
     spool = Spool(str(tmp_path / "spool"))
     spool.init()
-    daemon = Daemon(spool, Settings(host_id="unit", workers=workers))
+    daemon = Daemon(spool, Settings(host_id="unit", workers=1))
     now = wall_us()
-    daemon.parts.health.lock(now)
-    run_at = now + 2 * SECOND
-    prepared = submit(spool, request.body(Request(run_at=run_at, cwd="/"), ["true"], now))[0]
-    daemon.step(run_at - 10 * MS)  # claimed and committed ahead; the clock says not yet
-    assert [p.claim.task.id for p in daemon.inhand.prepared] == [prepared.id]
-    while not daemon.clock.may_start(run_at, daemon.clock.now()):
-        time.sleep(0.05)
-    due = submit(spool, request.body(Request(run_at=now, cwd="/"), ["true"], now))[0]
-    daemon.bell_rang = True  # as the doorbell would: the turn finds the due task
-    asked: list[list[str]] = []
-    commit = daemon.parts.commit.commit
-
-    def watched() -> None:
-        if daemon.parts.commit:
-            asked.append([ready.claim.task.id for ready, _ in daemon.parts.starter.asked])
-        commit()
-
-    daemon.parts.commit.commit = watched  # type: ignore[method-assign]
-    daemon.step()
-    assert prepared.id in {ready.claim.task.id for ready, _ in daemon.parts.starter.asked}
-    return daemon, asked, due.id
-
-
-def test_a_due_attempt_is_handed_over_before_the_turns_fsyncs(tmp_path: Path) -> None:
-    daemon, asked, due = _handed_over_at_commits(tmp_path, workers=2)
     try:
-        [before_commit] = asked  # the commit of the due task's claim
-        assert len(before_commit) == 1  # the prepared one, already with the keeper
-        assert due in {ready.claim.task.id for ready, _ in daemon.parts.starter.asked}
-    finally:
-        daemon.parts.attempts.close()
-
-
-def test_an_attempt_asked_of_the_keeper_counts_against_the_workers(tmp_path: Path) -> None:
-    daemon, asked, due = _handed_over_at_commits(tmp_path, workers=1)
-    try:
-        assert asked == []  # nothing claimed: the one worker is the asked attempt's
-        assert byid.locate(daemon.spool, due).state == State.PENDING
+        daemon.parts.health.lock(now)
+        run_at = now + 2 * SECOND
+        prepared = submit(spool, request.body(Request(run_at=run_at, cwd="/"), ["true"], now))[0]
+        daemon.step(run_at - 10 * MS)  # claimed and committed ahead; the clock says not yet
+        assert [p.claim.task.id for p in daemon.inhand.prepared] == [prepared.id]
+        while not daemon.clock.may_start(run_at, daemon.clock.now()):
+            time.sleep(0.05)
+        daemon.step()  # asks the keeper at its end; the answer is heard next turn
+        assert daemon.inhand.asking() and not daemon.inhand.prepared
+        assert daemon.inhand.free() == 0
+        assert prepared.id in daemon.inhand.ids()  # a recovery scan must not take it back
     finally:
         daemon.parts.attempts.close()
