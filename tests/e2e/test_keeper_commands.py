@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,18 +30,12 @@ def test_commands_run_as_sh_would_run_them(
         "missing": tq.submit("--max-attempts", "1", "--", "no-such-command-anywhere"),
         "unrunnable": tq.submit("--max-attempts", "1", "--", str(unrunnable)),
         "by_path": tq.submit("--env", f"PATH={tmp_path}:/usr/bin:/bin", "--", "no-hashbang"),
-        "no_dir": tq.submit(
-            "--at",
-            f"@{time.time() + 2:.6f}",
-            "--max-attempts",
-            "1",
-            "--cwd",
-            str(gone),
-            "--",
-            "true",
-        ),
+        # Held an hour off until its directory is gone: a loaded machine's submits
+        # can take longer than any lead given here.
+        "no_dir": tq.submit("--in", "1h", "--max-attempts", "1", "--cwd", str(gone), "--", "true"),
     }
     os.rmdir(gone)  # gone by the time the task runs
+    tq.run("reschedule", tasks["no_dir"], "--in", "0s")
     for name in ("script", "by_path"):
         doc = tq.wait_state(tasks[name], ("done",), timeout=30)
         out = tq.run("logs", tasks[name]).stdout.decode()

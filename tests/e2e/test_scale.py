@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,7 +61,16 @@ def test_future_backlog_is_not_read(tq: Taskq, start_daemon: StartDaemon, stamps
     assert len(list((tq.spool / "done").glob("*/*"))) == 4
     assert (far / "garbage").exists() and list((tq.spool / "corrupt").iterdir()) == []
     assert rss_mb(daemon.proc.pid) < 100
-    assert len(list((tq.spool / "pending").glob("*/*"))) == FUTURE + 1
+    assert _tasks_in(tq.spool / "pending") == FUTURE + 1
+
+
+def _tasks_in(pending: Path) -> int:
+    """The entries of pending/'s buckets; one the daemon removes as empty meanwhile has none."""
+    count = 0
+    for bucket in pending.iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            count += len(os.listdir(bucket))
+    return count
 
 
 @pytest.mark.slow
