@@ -216,10 +216,10 @@ def _done(tq: Taskq, task_id: str, starts: int = 2) -> dict[str, Any] | None:
 def _race(
     bed: Bed, daemons: Callable[..., Daemon], stamps: Path, command: list[str]
 ) -> tuple[list[str], float, list[Daemon]]:
-    """60 tasks due in 4 s, two daemons, and at that instant one operator command per
+    """40 tasks due in 4 s, two daemons, and at that instant one operator command per
     task through the client mount, 8 at a time: the commands race the claims."""
     due = time.time() + 4
-    ids = submit_batch(bed.client, stamping(stamps), [due] * 60)
+    ids = submit_batch(bed.client, stamping(stamps), [due] * 40)
     running = [daemons(i, "--workers", "4", "--lease", "10s") for i in range(2)]
     env = {**os.environ, "TASKQ_SPOOL": str(bed.client.spool)}
 
