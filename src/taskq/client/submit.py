@@ -236,6 +236,8 @@ def _bind_keys(
     its body is removed; a bound key's path goes into `bound` (withdrawn
     with its task if the batch fails).
     """
+    if not keyed:
+        return
     from taskq.spool.keys import key_path  # with a key only
 
     for i in keyed:
@@ -246,9 +248,8 @@ def _bind_keys(
         else:
             results[i] = (existing, False)
             os.unlink(spool.tmp_entry(bodies[i].id), dir_fd=tmp_fd)
-    if keyed:
-        fsutil.syncfs_fd(tmp_fd, spool.root)
-        crash_point("submit.key-bound")
+    fsutil.syncfs_fd(tmp_fd, spool.root)
+    crash_point("submit.key-bound")
 
 
 def _write_bodies(
@@ -268,8 +269,7 @@ def _write_bodies(
     hints.point_batch(spool, [name for _, body, name in todo if body.key is None])
     write = fsutil.write_new
     if groups is None:
-        for entry, body, _ in todo:
-            write(entry, body.to_json(), sync=False, dir_fd=tmp_fd)
+        fsutil.write_all_new(tmp_fd, [(entry, body.to_json()) for entry, body, _ in todo])
     else:
         for (entry, body, _), group in zip(todo, groups, strict=True):
             mode = 0o600 if group is None else 0o640

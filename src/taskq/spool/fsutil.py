@@ -215,6 +215,30 @@ def write_new(
     os.close(fd)
 
 
+def write_all_new(dir_fd: int, files: list[tuple[str, bytes]], mode: int = 0o600) -> None:
+    """write_new of each (name, data) in the directory open as dir_fd, unsynced: a batch's bodies.
+
+    One loop of three calls a file (create, write, close) with nothing
+    around them, for the thousands of a batch, whose one syncfs makes them
+    durable. A file that cannot be written whole is removed, and the error
+    raised; the files written before it are the caller's to remove.
+    """
+    for name, data in files:
+        fd = os.open(name, _NEW, mode, dir_fd=dir_fd)
+        try:
+            written = os.write(fd, data)  # all of it, but for a signal or a full disk
+            if written < len(data):
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[os.write(fd, view) :]
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):  # the write's error is the one to report
+                os.unlink(name, dir_fd=dir_fd)
+            raise
+        os.close(fd)
+
+
 def replace_file(
     path: str,
     data: bytes,

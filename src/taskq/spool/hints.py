@@ -130,9 +130,12 @@ def point_batch(spool: Spool, names: list[TaskName]) -> None:
 def _runs(names: list[TaskName]) -> list[list[tuple[int, TaskName]]]:
     """names, with their ids' bits, cut where an id is not a little after the one before it
     or has other milliseconds."""
+    values = decode_ids([name.id for name in names])
+    if values and (values[-1] ^ values[0]) >> 80 == 0 and values == _counted(values):
+        return [list(zip(values, names, strict=True))]  # one batch's ids, in a row: one run
     runs: list[list[tuple[int, TaskName]]] = []
     last = -1
-    for value, name in zip(decode_ids([name.id for name in names]), names, strict=True):
+    for value, name in zip(values, names, strict=True):
         if runs and 0 < value - last <= MAX_GAP + 1 and (value ^ last) >> 80 == 0:
             runs[-1].append((value, name))
         else:
@@ -141,22 +144,30 @@ def _runs(names: list[TaskName]) -> list[list[tuple[int, TaskName]]]:
     return runs
 
 
+def _counted(values: list[int]) -> list[int]:
+    """The values from the first, one after another, as many: a batch's ids in a row, in C."""
+    return list(range(values[0], values[0] + len(values)))
+
+
 def _write_batch(spool: Spool, run: list[tuple[int, TaskName]]) -> bool:
     """Write ids/+MS/FIRST.COUNT.WIDTH for a run; False if it could not be written."""
     first, head = run[0]
-    targets: dict[int, str] = {}
-    for value, name in run:  # the target cut from the name's text, as point_names does
-        run_at, _, rest = str(name).partition("_")
-        targets[value - first] = run_at + rest[len(name.id) :]
-    width = max(map(len, targets.values())) + 1
+    cut = len(head.id)  # (every id is as long)
+    targets = []
+    for _, name in run:  # the target cut from the name's text, as point_names does
+        run_at, _, rest = str(name).partition("_")  # (the text is kept for the name's rename)
+        targets.append(run_at + rest[cut:])
+    width = max(map(len, targets)) + 1
     count = run[-1][0] - first + 1
     if width > MAX_WIDTH:
         return False
-    if len(targets) == count:  # no id left out: the records in order (the targets' order)
-        data = "\n".join([target.ljust(width - 1) for target in targets.values()]) + "\n"
-    else:
+    if len(targets) < count:  # ids left out (keyed lines'): a blank record each
+        given = dict(zip([value - first for value, _ in run], targets, strict=True))
         blank = " " * (width - 1)
-        data = "\n".join(targets.get(i, blank).ljust(width - 1) for i in range(count)) + "\n"
+        targets = [given.get(i, blank) for i in range(count)]
+    if min(map(len, targets)) < width - 1:
+        targets = [target.ljust(width - 1) for target in targets]
+    data = "\n".join(targets) + "\n"
     directory = spool.batch_hint_dir(head.id)
     try:
         fsutil.ensure_dir(spool.ids)

@@ -441,6 +441,8 @@ def priority_of(data: bytes) -> int:
 
 def _value(value: Any) -> str:
     kind = type(value)
+    if kind is list and value and {*map(type, value)} == _JUST_STR:
+        return "[\n  " + ",\n  ".join(map(_STR, value)) + "\n ]"  # a command: strings
     if kind is str:
         return _STR(value)
     if value is None or value is True or value is False:
@@ -449,8 +451,6 @@ def _value(value: Any) -> str:
         return int.__repr__(value)  # as json writes an int
     if kind is dict and value:
         return _object(value)
-    if kind is list and value and {*map(type, value)} == _JUST_STR:
-        return "[\n  " + ",\n  ".join(map(_STR, value)) + "\n ]"  # a command: strings
     if kind is list and value:
         return _members(_inner(value))
     return _inner(value)  # floats, empty containers, and what json makes of anything else

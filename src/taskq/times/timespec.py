@@ -104,9 +104,17 @@ def us_to_datetime(us: int) -> datetime:
 @functools.lru_cache(maxsize=1024)  # a batch's lines share their submission time
 def format_iso(us: int) -> str:
     """Format an instant as ISO-8601 UTC with microseconds: 2026-12-01T09:00:00.000000Z."""
-    minute, rest = divmod(us, MINUTE)
-    sec, frac = divmod(rest, SECOND)
-    return f"{_iso_minute(minute)}{sec:02d}.{frac:06d}Z"
+    return f"{_iso_minute(us // MINUTE)}{_seconds(us)}"
+
+
+def _seconds(us: int) -> str:
+    """The last ten characters of both forms: the seconds and microseconds, 00.000000Z.
+
+    Cut from one integer's digits, which is twice as fast as two padded
+    fields (a batch formats each task's run_at in both forms).
+    """
+    digits = str(us % MINUTE + 100 * SECOND)  # "1SSffffff"
+    return f"{digits[1:3]}.{digits[3:]}Z"
 
 
 @functools.lru_cache(maxsize=4096)  # a day's batch spreads over 1,440 minutes
@@ -135,9 +143,7 @@ def format_compact(us: int) -> str:
     Its minute is cut from format_iso's: a task's body and its file name
     show the same instant, and the calendar is worked out once for both.
     """
-    minute, rest = divmod(us, MINUTE)
-    sec, frac = divmod(rest, SECOND)
-    return f"{_compact_minute(minute)}{sec:02d}.{frac:06d}Z"
+    return f"{_compact_minute(us // MINUTE)}{_seconds(us)}"
 
 
 @functools.lru_cache(maxsize=4096)

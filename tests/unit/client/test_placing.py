@@ -101,3 +101,26 @@ def test_a_bucket_that_is_a_link_is_refused_naming_it(spool: Spool, tmp_path: Pa
 
 def test_an_empty_batch_submits_nothing(spool: Spool) -> None:
     assert submit_batch(spool, []) == []
+
+
+def test_a_bucket_gone_since_pending_was_listed_is_made_again(
+    spool: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    todo = staged(spool, [60])
+    bucket = todo[0][1].bucket
+    # pending/ listed with the bucket in it, and a daemon removed it (emptied) since
+    monkeypatch.setattr(placing, "_buckets_present", lambda *_: {bucket})
+    assert place(spool, todo, []) == [True]
+    assert os.path.isfile(spool.pending_path(todo[0][1]))
+
+
+def test_pending_is_listed_only_while_that_is_cheaper_than_a_look_a_bucket(spool: Spool) -> None:
+    for m in range(placing.LIST_PER_BUCKET + 1):  # buckets of others' tasks, to come
+        os.mkdir(spool.bucket_dir(TaskName(NOW + (m + 10) * MINUTE, new_id(NOW), 1).bucket))
+    links = os.stat(spool.pending).st_nlink
+    counted = links >= 2  # (btrfs and many FUSE filesystems count no subdirectories: never listed)
+    assert placing._buckets_present(spool, 1, links) is None
+    assert (placing._buckets_present(spool, 2, links) is not None) == counted
+    todo = staged(spool, [1])
+    assert place(spool, todo, []) == [True]  # (looked for, not listed)
+    assert os.path.isfile(spool.pending_path(todo[0][1]))
