@@ -27,14 +27,14 @@ def place_all(
     spool: Spool,
     tmp_fd: int,
     todo: list[tuple[str, TaskName]],
-    placed: Callable[[int], None],
+    placed: Callable[[int], None] | None,
     slowly: Callable[[Spool, str, TaskName], bool],
 ) -> list[bool]:
     """Place each (tmp/ entry, name); whether each was ours to place (not published by another).
 
     The tasks are renamed bucket by bucket, each bucket opened once; when
-    one is placed, placed(its index in todo) is called (the caller's crash
-    point and bookkeeping). A rename that fails goes to slowly(spool, tmp/ path,
+    one is placed, placed(its index in todo) is called, if given (the
+    caller's crash point). A rename that fails goes to slowly(spool, tmp/ path,
     name), the one-task placement. Hints are the caller's, written before.
     """
     done = [False] * len(todo)
@@ -55,7 +55,8 @@ def place_all(
                     fd = -1
                     done[i] = slowly(spool, f"{spool.tmp}/{entry}", name)
                     fd = _open_bucket(spool, bucket, pending, True)
-                placed(i)
+                if placed is not None:
+                    placed(i)
         finally:
             if fd >= 0:
                 os.close(fd)

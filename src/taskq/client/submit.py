@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from taskq.errors import CorruptFile, NotFound
 from taskq.spool import fsutil, hints
-from taskq.spool.faults import crash_point
+from taskq.spool.faults import armed, crash_point
 from taskq.spool.layout import Spool
 from taskq.spool.task import TaskBody, TaskName
 
@@ -193,8 +193,9 @@ def submit_batch(
         order = [i for i in todo if results[i] is None]
         hints.point_names(spool, [names[i] for i in order if bodies[i].key is not None])
 
+        renamed = _renamed if armed("submit.renamed") else None  # (not a call a line otherwise)
         placing.place_all(
-            spool, tmp_fd, [(entries[i], names[i]) for i in order], _renamed, _place_unhinted
+            spool, tmp_fd, [(entries[i], names[i]) for i in order], renamed, _place_unhinted
         )
         for i in order:
             results[i] = (names[i], True)

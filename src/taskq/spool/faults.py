@@ -63,5 +63,10 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP if how == "STOP" else signal.SIGKILL)
 
 
+def armed(name: str) -> bool:
+    """Whether the tests asked for this point: a loop of thousands need not pass it otherwise."""
+    return _SPEC is not None and name == _NAME
+
+
 class Injected(Exception):
     """What a crash point raises with TASKQ_CRASH_SIGNAL=RAISE: an unexpected error."""
