@@ -108,7 +108,7 @@ def parse(data: bytes | Iterable[bytes], defaults: Request, now: int) -> list[Ta
 
 def _object(line: bytes) -> dict[str, Any]:
     doc = fields.document(line)
-    if not FIELDS.issuperset(doc):
+    if not doc.keys() <= _TIMED and not FIELDS.issuperset(doc):  # (a plain line's are fields)
         unknown = sorted(set(doc) - FIELDS)
         raise BadInput(f"unknown field {repr(unknown[0])[:80]}")
     if _may_repeat(line, doc):

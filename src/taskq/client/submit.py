@@ -184,7 +184,7 @@ def submit_batch(
         if any(b.priority for b in bodies):
             spool.mark_ranked()
         tmp_fd = fsutil.open_dir(spool.tmp)
-        entries = {i: spool.tmp_entry(bodies[i].id) for i in todo}
+        entries = [spool.tmp_entry(body.id) for body in bodies]  # (a repeated key's: unused)
         mine = None if groups is None else [groups[i] for i in todo]
         _write_bodies(spool, tmp_fd, [(entries[i], bodies[i], names[i]) for i in todo], mine)
         fsutil.syncfs_fd(tmp_fd, spool.root)

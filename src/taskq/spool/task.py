@@ -672,6 +672,9 @@ def _shared_parts(body: TaskBody) -> tuple[str, str]:
     return hit[0], hit[1]
 
 
+_HEAD = f'{{\n "version": {FORMAT_VERSION},\n "id": '  # every body's file begins so
+
+
 def _lay(shared: tuple[str, str], task_id: str, argv: list[str], run_at: int, at: str) -> bytes:
     """A body's file from its shared members (_shared_parts) and its own: id, argv, run_at.
 
@@ -679,7 +682,7 @@ def _lay(shared: tuple[str, str], task_id: str, argv: list[str], run_at: int, at
     """
     # The instants' text is digits and -:.TZ, which JSON takes as they are.
     return (
-        f'{{\n "version": {FORMAT_VERSION},\n "id": {_STR(task_id)},\n'
+        f"{_HEAD}{_STR(task_id)},\n"
         f' "argv": {_value(argv)},\n {shared[0]},\n'
         f' "run_at": "{format_iso(run_at)}",\n'
         f' "submitted_at": "{at}",\n {shared[1]}\n}}\n'
