@@ -99,27 +99,38 @@ HAND_PLACED = {
 }
 
 
-@pytest.mark.parametrize("case", list(HAND_PLACED))
-def test_a_hand_placed_body_is_quarantined_and_the_daemon_runs_on(
-    tq: Taskq, start_daemon: StartDaemon, stamps: Path, case: str
+def test_hand_placed_bodies_are_quarantined_and_the_daemon_runs_on(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
-    change, reason = HAND_PLACED[case]
+    """Every body of HAND_PLACED at once, in one due bucket: each alone once stopped the
+    daemon for good, so one daemon meeting them all must set each aside and run on."""
     Spool(str(tq.spool)).init()
-    bad = hand_placed(tq, change)
+    bad = {case: hand_placed(tq, change) for case, (change, _) in HAND_PLACED.items()}
     for command in (["ls"], ["fsck", "--dry-run"], ["fsck", "--dry-run", "--json"], ["stats"]):
         no_traceback(tq.run(*command, check=False), {0, 1})  # fsck: 1, a problem remains
     daemon = start_daemon("--rescan", "0.2s")
     good = tq.submit("--", *stamp_cmd(stamps))
     tq.wait_state(good, ("done",))
     reasons = tq.spool / "corrupt"  # a file is moved there first, its reason written after
-    wait_for(lambda: not bad.exists() and list(reasons.glob("*.reason")), 15, "the quarantine")
-    (why,) = reasons.glob("*.reason")
-    assert reason in why.read_text() and why.read_text().count("\n") == 1
+    wait_for(
+        lambda: (
+            not any(p.exists() for p in bad.values())
+            and len(list(reasons.glob("*.reason"))) == len(bad)
+        ),
+        30,
+        "the quarantines",
+    )
     refused = [ln for ln in daemon.text().splitlines() if "quarantined" in ln]
-    assert len(refused) == 1 and bad.name in refused[0] and reason in refused[0], daemon.text()
+    assert len(refused) == len(bad), daemon.text()
+    for case, path in bad.items():
+        reason = HAND_PLACED[case][1]
+        said = [ln for ln in refused if path.name in ln]
+        assert len(said) == 1 and reason in said[0], (case, daemon.text())
+        (why,) = reasons.glob(f"*_{path.name}_*.reason")  # the name it was claimed by
+        assert reason in why.read_text() and why.read_text().count("\n") == 1, case
     assert daemon.proc.poll() is None
     daemon.stop()
-    again = start_daemon()  # a restart meets nothing of it
+    again = start_daemon()  # a restart meets nothing of them
     later = tq.submit("--", *stamp_cmd(stamps))
     tq.wait_state(later, ("done",))
     assert again.proc.poll() is None
