@@ -159,20 +159,23 @@ SCHEDULE_EDITS = {"every 1e-9": {"every": 1e-9}, "every 1e12": {"every": 1e12}}
 SCHEDULE_EDITS["jitter 1e300"] = {"jitter": 1e300}
 
 
-@pytest.mark.parametrize("case", list(SCHEDULE_EDITS))
-def test_a_hand_edited_schedule_is_quarantined_and_the_daemon_runs_on(
-    tq: Taskq, start_daemon: StartDaemon, stamps: Path, case: str
+def test_hand_edited_schedules_are_quarantined_and_the_daemon_runs_on(
+    tq: Taskq, start_daemon: StartDaemon, stamps: Path
 ) -> None:
-    tq.run("schedule", "add", "edited", "--every", "1h", "--", "true")
-    path = tq.spool / "schedules" / "edited" / "schedule.json"
-    doc = json.loads(path.read_text())
-    path.write_text(json.dumps({**doc, **SCHEDULE_EDITS[case]}))
-    for command in (["schedule", "ls"], ["schedule", "show", "edited"], ["fsck", "--dry-run"]):
+    """One schedule for each edit of SCHEDULE_EDITS, all met by one daemon."""
+    paths = {}
+    for n, edit in enumerate(SCHEDULE_EDITS.values()):
+        tq.run("schedule", "add", f"edited{n}", "--every", "1h", "--", "true")
+        paths[f"edited{n}"] = path = tq.spool / "schedules" / f"edited{n}" / "schedule.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
+    shows = [["schedule", "show", name] for name in paths]
+    for command in (["schedule", "ls"], *shows, ["fsck", "--dry-run"]):
         no_traceback(tq.run(*command, check=False), {0, 1})
     daemon = start_daemon("--rescan", "0.2s")
-    wait_for(lambda: not path.exists(), 30, "the schedule to be quarantined")
-    refused = [ln for ln in daemon.text().splitlines() if "schedule edited" in ln]
-    assert len(refused) == 1 and "bad schedule" in refused[0], daemon.text()
+    wait_for(lambda: not any(p.exists() for p in paths.values()), 30, "the quarantines")
+    for name, case in zip(paths, SCHEDULE_EDITS, strict=True):
+        refused = [ln for ln in daemon.text().splitlines() if f"schedule {name}" in ln]
+        assert len(refused) == 1 and "bad schedule" in refused[0], (case, daemon.text())
     tq.wait_state(tq.submit("--", *stamp_cmd(stamps)), ("done",))
     assert daemon.proc.poll() is None
     no_traceback(tq.run("schedule", "ls", check=False), {0})
