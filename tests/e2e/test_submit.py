@@ -345,12 +345,11 @@ SUBMIT_BUDGET = {
     "taskq.spool.layout",
     "taskq.spool.memo",
     "taskq.spool.record",  # Request and TaskBody, records made without compiling
-    "taskq.spool.resources",  # a body's limits: a NamedTuple and its checks
+    "taskq.spool.resources",  # a body's limits: a record and its checks
     "taskq.spool.task",
     "taskq.text",
     "taskq.text.lazyre",
     "taskq.times",
-    "taskq.times.clock",
     "taskq.times.timespec",
 }
 # Never on submit's path: gettext's locale (click's help option asks for it

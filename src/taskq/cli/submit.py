@@ -47,8 +47,7 @@ from taskq.spool.task import (
     check_mutex,
     check_queue,
 )
-from taskq.times.clock import wall_us
-from taskq.times.timespec import format_iso
+from taskq.times.timespec import format_iso, wall_us
 
 if TYPE_CHECKING:
     from taskq.client.rekey import KeyPolicy

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 from taskq.client import request
 from taskq.errors import BadInput
 from taskq.spool import fields, resources
+from taskq.spool.record import replace
 from taskq.spool.resources import Resources
 from taskq.spool.task import (
     MAX_ATTEMPTS,
@@ -180,7 +181,7 @@ def _fields(doc: dict[str, Any], defaults: Request, now: int) -> dict[str, Any]:
         out["stdin"] = request.payload("payload", _payload(doc))
     limits = resources.given(doc)
     if limits:  # a line's limits replace the command line's, one by one
-        out["limits"] = (defaults.limits or Resources())._replace(**limits)
+        out["limits"] = replace(defaults.limits or Resources(), **limits)
     return out
 
 

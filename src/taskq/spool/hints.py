@@ -81,7 +81,7 @@ def point_name(spool: Spool, name: TaskName) -> None:
     link = f"{directory}/{name.id}"
     target = f"{format_compact(name.run_at)}_{name.attempt}_{name.queue}"
     with contextlib.suppress(OSError, TaskqError):
-        for _ in range(2):
+        for _ in range(3):
             try:
                 os.symlink(target, link)
                 return
@@ -89,8 +89,10 @@ def point_name(spool: Spool, name: TaskName) -> None:
                 _replace(directory, name.id, target)
                 return
             except FileNotFoundError:
-                fsutil.ensure_dir(spool.ids)
-                fsutil.ensure_dir(directory)
+                try:
+                    fsutil.ensure_dir(directory)
+                except FileNotFoundError:  # ids/ itself is gone: made, then the directory
+                    fsutil.ensure_dir(spool.ids)
 
 
 def point_names(spool: Spool, names: list[TaskName]) -> None:

@@ -55,7 +55,7 @@ import os
 import stat
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from taskq.errors import CorruptFile
 from taskq.spool import fsutil
@@ -176,13 +176,49 @@ def unguarded(kind: str, key: str, path: str, step: str) -> AbstractContextManag
     return nullcontext()
 
 
-class Located(NamedTuple):  # not a dataclass: its methods would compile at every start-up
-    """A task found in the spool: its state, file path and parsed name."""
+class Located:
+    """A task found in the spool: its state, file path and parsed name (and claim, if claimed).
 
+    Written out, neither a dataclass nor a NamedTuple: both compile their
+    methods as the class is made, and every `taskq submit` imports this
+    module (spool/record.py).
+    """
+
+    __slots__ = ("claim", "name", "path", "state")
     state: State
     path: str
     name: TaskName
-    claim: ClaimName | None = None
+    claim: ClaimName | None
+
+    def __init__(
+        self, state: State, path: str, name: TaskName, claim: ClaimName | None = None
+    ) -> None:
+        put = object.__setattr__
+        put(self, "state", state)
+        put(self, "path", path)
+        put(self, "name", name)
+        put(self, "claim", claim)
+
+    def _key(self) -> tuple[State, str, TaskName, ClaimName | None]:
+        return (self.state, self.path, self.name, self.claim)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Located is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Located is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Located):
+            return self._key() == other._key()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        state, path, name, claim = self._key()
+        return f"Located(state={state!r}, path={path!r}, name={name!r}, claim={claim!r})"
 
 
 class Spool:
@@ -237,6 +273,8 @@ class Spool:
 
     def init(self) -> None:
         """Create the layout (idempotent), with permissions for one owner."""
+        if self._whole():
+            return
         os.makedirs(os.path.dirname(self.root), exist_ok=True)
         created = fsutil.ensure_dir(self.root, 0o700)
         for sub in SUBDIRS:
@@ -246,6 +284,23 @@ class Spool:
         if created:
             fsutil.fsync_dir(self.root)
             fsutil.fsync_dir(os.path.dirname(self.root))
+
+    def _whole(self) -> bool:
+        """Whether the layout is all there: its directories, none a link, and the doorbell.
+
+        Every submit asks, so it costs one listing of the root (its entries'
+        types come with the names), not a mkdir and a stat for each
+        directory. Anything else (no root, a directory missing or a link,
+        the doorbell not a file) is init's to make, or to refuse.
+        """
+        try:
+            with os.scandir(self.root) as entries:
+                kinds = {e.name: e.is_dir(follow_symlinks=False) for e in entries}
+        except OSError:
+            return False
+        if not all(kinds.get(sub) for sub in SUBDIRS) or kinds.get(DOORBELL) is not False:
+            return False
+        return os.path.isfile(self.doorbell)  # (a link to a file will do, as for init)
 
     # Paths are joined with f-strings, not os.path.join: a batch names each
     # task's paths several times (python bench/run.py --only submit).

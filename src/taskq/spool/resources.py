@@ -12,10 +12,11 @@ builder alike. The daemon's side (making the cgroup) is daemon/cgroups.py.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from taskq.errors import BadInput
 from taskq.spool import fields
+from taskq.spool.record import Frozen, record
 
 MEMORY_MAX = (1 << 20, 1 << 62)  # bytes: below a MiB not even sh starts
 CPU_WEIGHT = (1, 10_000)  # systemd's CPUWeight= (cgroup v2 cpu.weight); 100 is the default
@@ -25,7 +26,10 @@ CPU_PERIOD = 100_000  # µs, systemd's CPUQuotaPeriodSec= default
 NAMES = ("memory_max", "cpu_weight", "cpu_max", "tasks_max")
 
 
-class Resources(NamedTuple):
+# A record, not a NamedTuple: submit imports this module, and a NamedTuple
+# compiles its methods as the class is made (spool/record.py).
+@record
+class Resources(Frozen):
     """The limits of each attempt of a task; None: not limited."""
 
     memory_max: int | None = None  # bytes of memory (and swap) the attempt may use
@@ -35,7 +39,8 @@ class Resources(NamedTuple):
 
     def to_doc(self) -> dict[str, int]:
         """The body's "limits" object: the limits given, by name."""
-        return {name: value for name, value in zip(NAMES, self, strict=True) if value is not None}
+        d = self.__dict__
+        return {name: d[name] for name in NAMES if d[name] is not None}
 
     def controllers(self) -> frozenset[str]:
         """The cgroup controllers these limits need: memory, cpu, pids."""

@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable
 
 from taskq.times.timespec import MS, SECOND
+from taskq.times.timespec import wall_us as wall_us  # (timespec's, so submit need not import this)
 
 SAMPLES = 5  # probe writes per measurement; the tightest bound is kept
 STEP = 2 * MS  # wall minus monotonic progress beyond this is a step, not jitter
@@ -56,11 +57,6 @@ SLEW_PPM = 500  # how fast a reference clock may be slewed (ntpd's most), per mi
 # time it reads once per turn of its event loop (2.8 ms behind was seen; a starved one more).
 STAMP_LAG = 500 * MS
 SWEEP = 30 * MS  # the longest a measurement writes on, waiting for a whole-second stamp to turn
-
-
-def wall_us() -> int:
-    """The wall clock in microseconds since the epoch."""
-    return time.time_ns() // 1000
 
 
 def mono_us() -> int:

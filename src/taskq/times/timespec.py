@@ -2,8 +2,9 @@
 
 Instants are integers of microseconds since the Unix epoch, UTC: exact,
 totally ordered and free of float rounding. Durations are microseconds too.
-Pure functions with no time zone but UTC: what a person's WHEN means, in
-the local zone, is `when`'s job.
+Pure functions with no time zone but UTC (and `wall_us`, the wall clock's
+reading as an instant): what a person's WHEN means, in the local zone, is
+`when`'s job.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ MAX_INSTANT = 253402300799 * SECOND
 # The longest duration taskq takes (a century): a delay from now still
 # names a time before year 9999, and no sum of durations overflows.
 MAX_DURATION = 36525 * DAY
+
+
+def wall_us() -> int:
+    """The wall clock in microseconds since the epoch: now, as an instant."""
+    return _time.time_ns() // 1000
 
 
 def _decimal_us(text: str, unit: int) -> int:

@@ -116,5 +116,6 @@ def test_whatever_limits_a_file_holds_the_reader_refuses_or_keeps_in_range(limit
     if kept is None:  # no limits (null or an empty object)
         return
     ranges = (resources.MEMORY_MAX, resources.CPU_WEIGHT, resources.CPU_MAX, resources.TASKS_MAX)
-    for value, (low, high) in zip(kept, ranges, strict=True):
+    for name, (low, high) in zip(resources.NAMES, ranges, strict=True):
+        value = getattr(kept, name)
         assert value is None or (type(value) is int and low <= value <= high), kept
