@@ -401,6 +401,31 @@ def test_a_submission_imports_only_its_budget(tq: Taskq) -> None:
     assert {m for m in loaded if m.split(".")[0] in SUBMIT_NEVER} == set()
 
 
+def test_the_command_line_is_imported_frozen_and_runs_with_the_collector_on() -> None:
+    """`taskq` (and python -m taskq) imports with the collector paused, and freezes what it made.
+
+    The collector would otherwise walk start-up's objects at every full
+    collection and at exit (taskq/__main__.py); the command itself runs with it on.
+    """
+    script = (
+        "import gc, sys\n"
+        "from taskq.__main__ import run\n"
+        "sys.argv = ['taskq', '--version']\n"
+        "try:\n"
+        "    run()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(gc.isenabled(), gc.get_freeze_count())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=60, check=True
+    )
+    version, collecting = proc.stdout.decode().splitlines()
+    assert version.startswith("taskq, version ")
+    enabled, frozen = collecting.split()
+    assert enabled == "True" and int(frozen) > 10_000  # click's and taskq's modules among them
+
+
 def test_a_file_forged_under_a_new_tasks_name_gives_way_to_the_task(tmp_path: Path) -> None:
     """A member who reads a new id (tmp/, ids/) and plants its name first loses the race."""
     spool = Spool(str(tmp_path / "spool"))

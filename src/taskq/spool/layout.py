@@ -273,7 +273,7 @@ class Spool:
 
     def init(self) -> None:
         """Create the layout (idempotent), with permissions for one owner."""
-        if self._whole():
+        if _whole(self):
             return
         os.makedirs(os.path.dirname(self.root), exist_ok=True)
         created = fsutil.ensure_dir(self.root, 0o700)
@@ -284,23 +284,6 @@ class Spool:
         if created:
             fsutil.fsync_dir(self.root)
             fsutil.fsync_dir(os.path.dirname(self.root))
-
-    def _whole(self) -> bool:
-        """Whether the layout is all there: its directories, none a link, and the doorbell.
-
-        Every submit asks, so it costs one listing of the root (its entries'
-        types come with the names), not a mkdir and a stat for each
-        directory. Anything else (no root, a directory missing or a link,
-        the doorbell not a file) is init's to make, or to refuse.
-        """
-        try:
-            with os.scandir(self.root) as entries:
-                kinds = {e.name: e.is_dir(follow_symlinks=False) for e in entries}
-        except OSError:
-            return False
-        if not all(kinds.get(sub) for sub in SUBDIRS) or kinds.get(DOORBELL) is not False:
-            return False
-        return os.path.isfile(self.doorbell)  # (a link to a file will do, as for init)
 
     # Paths are joined with f-strings, not os.path.join: a batch names each
     # task's paths several times (python bench/run.py --only submit).
@@ -479,3 +462,21 @@ class Spool:
             fsutil.fsync_dir(self.corrupt)
             return dest
         raise CorruptFile(f"cannot quarantine {path}: too many clashing names")
+
+
+def _whole(spool: Spool) -> bool:
+    """Whether a spool's layout is all there: its directories, none a link, and the doorbell.
+
+    Every submit asks, so it costs one listing of the root (its entries'
+    types come with the names), not a mkdir and a stat for each
+    directory. Anything else (no root, a directory missing or a link,
+    the doorbell not a file) is init's to make, or to refuse.
+    """
+    try:
+        with os.scandir(spool.root) as entries:
+            kinds = {e.name: e.is_dir(follow_symlinks=False) for e in entries}
+    except OSError:
+        return False
+    if not all(kinds.get(sub) for sub in SUBDIRS) or kinds.get(DOORBELL) is not False:
+        return False
+    return os.path.isfile(spool.doorbell)  # (a link to a file will do, as for init)
