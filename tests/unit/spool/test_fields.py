@@ -15,7 +15,7 @@ import re
 from typing import Any, Literal
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from taskq.client.request import accepted
@@ -126,7 +126,6 @@ def test_environment_names_the_first_bad_variable() -> None:
         fields.environment({"A=B": "1"})
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow])  # a loaded machine draws slowly
 @given(
     st.dictionaries(
         st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,5}", fullmatch=True),

@@ -89,7 +89,9 @@ def test_what_stands_in_a_batch_file_place_is_no_hint(spool: Spool, planted: str
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(data=st.binary(max_size=2000), other=st.text(min_size=1, max_size=40))
 def test_whatever_bytes_a_batch_file_holds_no_lookup_raises_or_lies(
