@@ -202,17 +202,27 @@ def write_new(
             os.fchmod(fd, mode)
         written = os.write(fd, data)  # all of it, but for a signal or a full disk
         if written < len(data):
-            view = memoryview(data)[written:]
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_rest(fd, data, written)
         if sync:
             os.fsync(fd)
     except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):  # the write's error is the one to report
-            os.unlink(path, dir_fd=dir_fd)
+        _discard(fd, path, dir_fd)
         raise
     os.close(fd)
+
+
+def _write_rest(fd: int, data: bytes, written: int) -> None:
+    """Write what one write() left of data (a signal, or the disk filling)."""
+    view = memoryview(data)[written:]
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _discard(fd: int, path: str, dir_fd: int | None) -> None:
+    """Close and remove a new file whose writing failed (its error is the one to report)."""
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(path, dir_fd=dir_fd)
 
 
 def write_all_new(dir_fd: int, files: list[tuple[str, bytes]], mode: int = 0o600) -> None:
@@ -228,13 +238,9 @@ def write_all_new(dir_fd: int, files: list[tuple[str, bytes]], mode: int = 0o600
         try:
             written = os.write(fd, data)  # all of it, but for a signal or a full disk
             if written < len(data):
-                view = memoryview(data)[written:]
-                while view:
-                    view = view[os.write(fd, view) :]
+                _write_rest(fd, data, written)
         except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):  # the write's error is the one to report
-                os.unlink(name, dir_fd=dir_fd)
+            _discard(fd, name, dir_fd)
             raise
         os.close(fd)
 
