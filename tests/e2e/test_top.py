@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import TASKQ, Daemon, Taskq, until, wait_for
 
+from taskq.times.when import parse_when
+
 StartDaemon = Callable[..., Daemon]
 TMUX = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux (Debian package tmux) is missing")
@@ -82,6 +84,10 @@ def screens(tmp_path: Path) -> Iterator[list[Screen]]:
 def _header_time(text: str) -> str:
     m = re.search(r"taskq top .* (\d{4}-\d\d-\d\dT[\d:.]+Z)", text)
     return m.group(1) if m else ""
+
+
+def _epoch(iso: str) -> float:
+    return parse_when(iso, 0) / 1e6
 
 
 def section(text: str, title: str) -> list[str]:
@@ -204,10 +210,10 @@ def test_a_hundred_thousand_pending_and_sixteen_running(
     batch.write_text("\n".join(lines) + "\n")
     env = {**os.environ, "TASKQ_SPOOL": str(tq.spool)}
     # Not Taskq.run: its minute is too short for 100,000 tasks on a loaded machine.
-    subprocess.run([*TASKQ, "submit", "--batch", str(batch)], env=env, check=True,
-                   stdout=subprocess.DEVNULL, timeout=900)  # fmt: skip
-    pending = ls_json(tq, "--state", "pending", "--no-command")
-    assert len(pending) == 100_000
+    ids = subprocess.run([*TASKQ, "submit", "--batch", str(batch)], env=env, check=True,
+                         capture_output=True, timeout=900).stdout.decode().split()  # fmt: skip
+    buckets = list((tq.spool / "pending").iterdir())
+    assert len(ids) == sum(len(os.listdir(b)) for b in buckets) == 100_000
 
     screen = Screen(tmp_path, tq, "--interval", "1s")
     screens.append(screen)
@@ -218,11 +224,10 @@ def test_a_hundred_thousand_pending_and_sixteen_running(
         str(r["id"]) for r in ls_json(tq, "--state", "running")
     )
     assert sorted(ids_in(section(text, "RUNNING"))) == sorted(running)
-    overdue = [r for r in pending if str(r["run_at"]) <= shown]
-    assert f"DUE NEXT (overdue backlog: {len(overdue)})" in text
-    assert len(overdue) == 5000
-    due_next = sorted((str(r["run_at"]), str(r["id"])) for r in pending if str(r["run_at"]) > shown)
-    assert ids_in(section(text, "DUE NEXT")) == [i for _, i in due_next[:10]]
+    # The lines' run times rise with their order: the first 5,000 are past, then an hour off.
+    assert now - 3600 + 5000 * 0.5 < _epoch(shown) < now + 3600
+    assert "DUE NEXT (overdue backlog: 5000)" in text
+    assert ids_in(section(text, "DUE NEXT")) == ids[5000:5010]
     assert re.search(r"^q0\s+23750\s+0\s", text, re.M), text
     took = re.search(r"refreshed in (\d+\.\d+)s", text)
     assert took is not None  # the figure itself is bench/top.py's to judge
