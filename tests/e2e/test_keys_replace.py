@@ -10,6 +10,8 @@ nothing and was told the holder's id.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -59,6 +61,70 @@ def test_on_key_replace_leaves_one_task_of_the_key_to_run(
             assert any(r.get("by") == "key" and r.get("replaced_by") for r in journal)
     start = runs[0][2]
     assert start >= _run_at(tq, winner)  # never early
+
+
+REPLACE = ("--json", "--key", "k", "--on-key", "replace", "--in", "1h")
+
+
+def _replacer(tq: Taskq, **env: str) -> subprocess.Popen[bytes]:
+    """A `submit --on-key replace` of key k, running; env adds crash-point settings."""
+    env = {"TASKQ_SPOOL": str(tq.spool), "PATH": "/usr/bin:/bin", **env}
+    argv = [*TASKQ, "submit", *REPLACE, "--", "true"]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _answer(proc: subprocess.Popen[bytes]) -> dict[str, object]:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    answer: dict[str, object] = json.loads(out)
+    return answer
+
+
+def _markers(tq: Taskq) -> list[str]:
+    return [e for e in os.listdir(tq.spool / "keys") if e.endswith(".taking")]
+
+
+def test_a_replacer_stopped_mid_take_over_holds_the_others_back(tq: Taskq) -> None:
+    """Two replacers that read one holder: the second waits, then replaces the first.
+
+    Without the marker the second cancelled the holder too, and the first,
+    let go, renamed the second's binding aside and linked it back: a plain
+    submission in that instant bound the key, and two of its tasks ran.
+    """
+    holder = tq.submit("--in", "1h", "--key", "k", "--", "true")
+    first = _replacer(tq, TASKQ_CRASH_AT="rekey.read", TASKQ_CRASH_SIGNAL="STOP")
+    wait_for(lambda: _stopped(first.pid), 60, "the first replacer to stop under the marker")
+    second = _replacer(tq)
+    with pytest.raises(subprocess.TimeoutExpired):
+        second.wait(1.0)  # it waits for the marker: nothing is decided yet
+    assert tq.state(holder) == "pending" and tq.submit("--key", "k", "--", "true") == holder
+    os.kill(first.pid, signal.SIGCONT)
+    a, b = _answer(first), _answer(second)
+    assert (a["created"], a["replaced"]) == (True, holder)
+    assert (b["created"], b["replaced"]) == (True, a["id"])
+    states = [tq.state(t) for t in (holder, str(a["id"]), str(b["id"]))]
+    assert states == ["cancelled", "cancelled", "pending"]
+    assert tq.submit("--key", "k", "--", "true") == b["id"] and _markers(tq) == []
+    journal = tq.show(str(a["id"]))["attempts"]
+    assert any(r.get("by") == "key" and r.get("replaced_by") == b["id"] for r in journal)
+
+
+def test_a_replacer_killed_mid_take_over_holds_the_key_back_five_seconds(tq: Taskq) -> None:
+    holder = tq.submit("--in", "1h", "--key", "k", "--", "true")
+    killed = _replacer(tq, TASKQ_CRASH_AT="rekey.read")
+    killed.communicate(timeout=60)
+    assert killed.returncode == -signal.SIGKILL and len(_markers(tq)) == 1
+    began = time.monotonic()
+    answer = _answer(_replacer(tq))
+    took = time.monotonic() - began
+    assert 5.0 <= took < 60  # the stale marker is broken after 5 s of the waiter's clock
+    assert answer["created"] is True and answer["replaced"] == holder and _markers(tq) == []
+    assert tq.state(holder) == "cancelled" and tq.state(str(answer["id"])) == "pending"
 
 
 def _ended(tq: Taskq, ids: list[str]) -> dict[str, str] | None:

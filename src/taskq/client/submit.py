@@ -329,16 +329,47 @@ def _bind_key(
 def _taken(
     spool: Spool, path: str, uid: int, staging: str, policy: KeyPolicy, name: TaskName, now: int
 ) -> bool:
-    """Whether this task took the key over from its holder (see rekey.py)."""
-    from taskq.spool.keys import read_binding, take_over  # with a key only
+    """Whether this task took the key over from its holder (see rekey.py).
 
+    The holder is read, judged and replaced under the key's take-over
+    marker (keys.taking), one taker at a time. A holder whose submission
+    was cut short, or has not yet published, is published first, so that
+    a replace cancels it like any pending holder instead of finding no
+    task and leaving it to run beside this one.
+    """
+    from taskq.spool.keys import read_binding, take_over, taking  # with a key only
+
+    with taking(spool, path):
+        try:
+            holder, until, seen = read_binding(path, uid)
+        except FileNotFoundError:
+            return _link_free(staging, path)  # the holder's key was removed meanwhile
+        except (OSError, ValueError, CorruptFile):
+            return False
+        crash_point("rekey.read")
+        _finish(spool, holder)
+        if not policy.decide(spool, holder, until, name, now):
+            return False
+        return take_over(spool, path, seen, staging)
+
+
+def _link_free(staging: str, path: str) -> bool:
+    """Bind a key that is free again; False if another submitter bound it first."""
     try:
-        holder, until, seen = read_binding(path, uid)
-    except (OSError, ValueError, CorruptFile):
+        os.link(staging, path)
+    except FileExistsError:
         return False
-    if not policy.decide(spool, holder, until, name, now):
-        return False
-    return take_over(spool, path, seen, staging)
+    return True
+
+
+def _finish(spool: Spool, first: TaskName) -> None:
+    """Publish the durable body of a submission that bound its key and stopped (or is about to)."""
+    tmp = spool.tmp_body(first.id)
+    if os.path.exists(tmp):
+        # The first submitter bound the key and then stopped (or is about to
+        # publish): publishing its durable body is exactly what it would do.
+        with contextlib.suppress(FileNotFoundError):  # it has just published it itself
+            _publish_body(spool, tmp, first, spool.read_body(tmp))
 
 
 def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
@@ -355,10 +386,5 @@ def _adopt_key(spool: Spool, path: str, uid: int) -> TaskName:
         rel = os.path.relpath(path, spool.root)
         fix = "a daemon removes it" if isinstance(e, CorruptFile) else "taskq fsck removes it"
         raise OSError(errno.EAGAIN, f"key file {rel} {e}; {fix}, try again") from None
-    tmp = spool.tmp_body(first.id)
-    if os.path.exists(tmp):
-        # The first submitter bound the key and then stopped (or is about to
-        # publish): publishing its durable body is exactly what it would do.
-        with contextlib.suppress(FileNotFoundError):  # it has just published it itself
-            _publish_body(spool, tmp, first, spool.read_body(tmp))
+    _finish(spool, first)
     return first

@@ -26,6 +26,7 @@ POINTS = (
     "submit.key-bound",  # the key file names the task, which is still in tmp/
     "submit.renamed",  # the task is in its bucket; the bucket is not yet synced
     "submit.synced",  # durable; the id is not yet printed
+    "rekey.read",  # a key's holder is read under its take-over marker, nothing decided
     "daemon.claimed",  # pending -> claimed, not yet committed
     "daemon.read",  # a claim's body is read (in the poison guard's handling), nothing decided
     "daemon.started",  # claimed -> started, not yet committed

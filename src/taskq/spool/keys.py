@@ -5,18 +5,26 @@ one task name, then, for a key submitted with --key-for, a second line
 `until ISO-INSTANT`: the end of its window, after which the key is free
 for the next submission. It is its user's, or root's (a daemon binds a
 member's key when it files the member's drop file). A binding is taken
-over (an expired window, or --on-key replace) by `take_over`: the old file
-is renamed aside, checked to be the one read, and the new one linked in
-its place, so that of two submitters racing for one key one wins. This
-module owns where a user's key lives, reading one (refusing what is no
-small regular file of that user), taking one over, and finding the key
-file that binds a task; binding a new key is submit's (client/submit.py),
-removing squats and abandoned ones is retention's.
+over (an expired window, or --on-key replace) by `take_over`, under the
+key's take-over marker (`taking`): the old file is renamed aside, checked
+to be the one read, and the new one linked in its place. The marker,
+keys/.<uid>-<hash>.taking created with O_EXCL, lets one take-over of a key
+at a time read its holder, decide and swap: without it a second taker
+that renamed the first's new binding aside would leave the name free for
+an instant, a plain submitter could bind it then, and the first taker's
+task would run beside the plain one's, named by no key. This module owns
+where a user's key lives, reading one (refusing what is no small regular
+file of that user), taking one over, and finding the key file that binds
+a task; binding a new key is submit's (client/submit.py), removing squats
+and abandoned ones is retention's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Iterator
 
 from taskq.errors import CorruptFile, TaskqError
 from taskq.spool import fsutil
@@ -25,6 +33,8 @@ from taskq.spool.task import TaskName
 from taskq.times.timespec import format_iso, parse_iso_utc
 
 KEY_LIMIT = 512  # a key file holds one task name
+TAKING_STALE = 5.0  # seconds one take-over marker may stand before a waiter breaks it
+_MARK = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def key_path(spool: Spool, key: str, uid: int | None = None) -> str:
@@ -115,6 +125,62 @@ def take_over(spool: Spool, path: str, seen: bytes, staging: str) -> bool:
         os.unlink(aside)
     fsutil.fsync_dir(spool.keys)
     return mine
+
+
+@contextlib.contextmanager
+def taking(spool: Spool, path: str) -> Iterator[None]:
+    """Hold the take-over marker of the key file at path while the block runs.
+
+    Another taker's marker is waited for. One that stands unchanged for
+    TAKING_STALE seconds of this process's own clock (a taker killed or
+    stopped mid-way) is broken, so a dead taker holds a key back for
+    seconds, never for good; the daemon also removes stale dot files of
+    keys/ (retention.clean_tmp). The marker is not synced: a crash may
+    leave it, to be broken the same way.
+    """
+    marker = os.path.join(spool.keys, f".{os.path.basename(path)}.taking")
+    mine = _mark(marker)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if os.lstat(marker).st_ino == mine:  # not broken and taken by another meanwhile
+                os.unlink(marker)
+
+
+def _mark(marker: str) -> int:
+    """Create the marker, waiting out another's or breaking a stale one; its inode."""
+    seen: tuple[int, int] | None = None
+    since = time.monotonic()
+    pause = 0.0005
+    while True:
+        try:
+            fd = os.open(marker, _MARK, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            ino = os.fstat(fd).st_ino
+            os.close(fd)
+            return ino
+        try:
+            st = os.lstat(marker)
+        except FileNotFoundError:
+            continue
+        if (st.st_ino, st.st_mtime_ns) != seen:
+            seen, since = (st.st_ino, st.st_mtime_ns), time.monotonic()
+        elif time.monotonic() - since >= TAKING_STALE:
+            _break(marker)
+            continue
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
+def _break(marker: str) -> None:
+    """Remove a stale marker: renamed aside first, so that of two breakers one removes it."""
+    aside = f"{marker}.{os.getpid()}.broken"
+    with contextlib.suppress(OSError):
+        os.rename(marker, aside)
+        os.unlink(aside)
 
 
 def rightful(owner: int, uid: int) -> bool:
