@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import zlib
 from collections.abc import Callable, Iterable
 
@@ -30,6 +31,8 @@ from taskq.spool.task import ClaimName, TaskBody, TaskName
 
 log = logging.getLogger("taskq")
 Held = tuple[Permit, Lease]
+STALE_TICKET = 2.0  # seconds between two looks that both find a ticket's task out of play
+_clock = time.monotonic  # (the tests' to set)
 
 
 class ClusterLimits(Part):
@@ -49,6 +52,7 @@ class ClusterLimits(Part):
         self.held: dict[str, list[Held]] = {}  # by task id: queue and mutex permits
         self.rated: dict[str, tuple[Held, int]] = {}  # by task id: a rate permit, its period
         self.waiting: dict[str, str] = {}  # task id -> the mutex it waits for
+        self.suspects: dict[Ticket, float] = {}  # a free mutex's first ticket out of play: since
         self.view = Listing(frozenset(), (), ())
         self._offset = zlib.crc32(f"{self.daemon.host}_{self.daemon.pid}".encode())
 
@@ -238,14 +242,20 @@ class ClusterLimits(Part):
             return None
 
     def _drop_stale_tickets(self) -> None:
-        """A free mutex's oldest ticket whose task is neither pending nor claimed waits for nothing.
+        """Remove a free mutex's oldest ticket when two looks found its task out of play.
 
         (A claimed one is being tried by some daemon right now: it keeps its place.)
-        The two looks are not one: a task claimed between them, or released and
-        claimed again, is in neither when looked for. So the ticket goes first
-        and the task is looked for again: one still there gets its ticket back,
-        and a claim made after the ticket went makes it again (_take_mutex).
+        A look is two: claimed/, then the pending name, and a task that moves
+        between them (claimed, or released and claimed again) is in neither.
+        A ticket is only suspected then, and removed once a look STALE_TICKET
+        seconds or more later still finds its task out of play: a ticket is
+        never taken away, even for an instant, from a task that was moving,
+        so no other daemon lists the mutex without it and lets a later
+        waiter go first (the likeliest cause of a later waiter first on
+        GlusterFS in a loaded CI run, where each look takes milliseconds).
         """
+        now = _clock()
+        suspects: dict[Ticket, float] = {}
         seen: set[str] = set()
         for ticket in self.view.tickets:
             if ticket.mutex in seen or Permit("mutex", ticket.mutex, 0) in self.view.held:
@@ -253,11 +263,16 @@ class ClusterLimits(Part):
             seen.add(ticket.mutex)
             if self._in_play(ticket.task):
                 continue
+            since = self.suspects.get(ticket, now)
+            if now - since < STALE_TICKET:
+                suspects[ticket] = since
+                continue
             permits.unwait(self.spool, ticket)
-            if self._in_play(ticket.task):
-                permits.wait(self.spool, ticket)
-            self.view = permits.listing(self.spool)
-            return  # the next look goes on with the next one
+            self.view = self.view._replace(
+                tickets=tuple(t for t in self.view.tickets if t != ticket)
+            )
+            seen.discard(ticket.mutex)  # its next ticket is judged in this look
+        self.suspects = suspects
 
     def _in_play(self, task: TaskName) -> bool:
         """Whether the task is claimed, or pending under this name (claimed/ looked at first)."""

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from taskq.client.submit import submit
+from taskq.daemon import clusterlimits
 from taskq.daemon.attempts import Attempts, Running
 from taskq.daemon.clockguard import ClockGuard
 from taskq.daemon.commit import PREPARE_LEAD, GroupCommit
@@ -22,7 +23,7 @@ from taskq.daemon.loadgate import LOAD_READ, LoadGate
 from taskq.daemon.settings import Settings
 from taskq.daemon.wakeups import Wakeups
 from taskq.daemon.wiring import build_parts
-from taskq.spool import journal, permits, transitions, walk
+from taskq.spool import fsutil, journal, permits, transitions, walk
 from taskq.spool.layout import Spool
 from taskq.spool.states import Phase, State
 from taskq.spool.task import DEFAULT_PATH, ClaimName, TaskBody, TaskName, new_id
@@ -275,18 +276,57 @@ def test_a_mutex_waiter_claimed_while_its_ticket_is_judged_keeps_its_place(
     third = DaemonId("c", 7)
     held: list[ClaimName] = []
 
+    listed: list[TaskName | None] = []  # the oldest ticket at every look at claimed/ or pending/
+    listdir = fsutil.listdir
+
     def racing(path: str) -> bool:
         # Daemon c claims v between b's look at claimed/ and its look at pending/.
         if path == pending and not held:
             held.append(transitions.claim(b.spool, path, v_name, third, T0 + 10 * SECOND))
+        listed.append(permits.listing(b.spool).oldest_waiting("db"))
         return lexists(path)
 
+    def looking(path: str, follow: bool = False) -> list[str]:
+        if path == b.spool.claimed:
+            listed.append(permits.listing(b.spool).oldest_waiting("db"))
+        return listdir(path, follow)
+
     monkeypatch.setattr(os.path, "lexists", racing)
+    monkeypatch.setattr(fsutil, "listdir", looking)
     b.limits.look(b.clock.now())
     monkeypatch.setattr(os.path, "lexists", lexists)
+    monkeypatch.setattr(fsutil, "listdir", listdir)
     assert held, "the race was not run"
+    assert listed and set(listed) == {v_name}, "v's ticket was gone while it moved"
     transitions.release(b.spool, held[0])  # c listed the mutex as held: v waits again
     assert permits.listing(b.spool).oldest_waiting("db") == v_name  # not w's
+
+
+def test_a_mutex_ticket_whose_task_is_gone_is_dropped_after_two_looks_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = Parts(tmp_path / "spool", host="a")
+    first, v, w = (a.add(T0 - 3 + i, mutex="db") for i in range(3))
+    a.dispatcher.rescan(a.clock.now())
+    a.dispatcher.claim_due(a.clock.now(), 1, QueueCaps({}, 8, []))
+    b = Parts(tmp_path / "spool", host="b")
+    b.dispatcher.rescan(b.clock.now())
+    assert b.dispatcher.claim_due(b.clock.now(), 8, QueueCaps({}, 8, [])) == []  # v, w wait
+    a.limits.release(first)
+    [v_file] = [f for f in walk.tasks(a.spool, (State.PENDING,)) if f.name.id == v]
+    os.unlink(v_file.path)  # removed by hand while it waited: its ticket waits for nothing
+    clock = [100.0]
+    monkeypatch.setattr(clusterlimits, "_clock", lambda: clock[0])
+    oldest = [t.task.id for t in permits.listing(b.spool).tickets]
+    assert oldest == [v, w]
+    b.limits.look(b.clock.now())
+    clock[0] += clusterlimits.STALE_TICKET - 0.1
+    b.limits.look(b.clock.now())
+    assert [t.task.id for t in permits.listing(b.spool).tickets] == [v, w]  # only suspected
+    clock[0] += 0.1
+    b.limits.look(b.clock.now())
+    assert [t.task.id for t in permits.listing(b.spool).tickets] == [w]
+    assert b.limits.view.oldest_waiting("db") is not None  # w's, in the view b claims by
 
 
 def test_attempts_time_out_with_term_then_kill(tmp_path: Path) -> None:
