@@ -22,6 +22,7 @@ and abandoned ones is retention's.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from taskq.times.timespec import format_iso, parse_iso_utc
 
 KEY_LIMIT = 512  # a key file holds one task name
 TAKING_STALE = 5.0  # seconds one take-over marker may stand before a waiter breaks it
+TAKING_LIMIT = 30.0  # seconds a taker waits in all (markers renewed faster than they go stale)
 _MARK = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -136,10 +138,12 @@ def taking(spool: Spool, path: str) -> Iterator[None]:
     stopped mid-way) is broken, so a dead taker holds a key back for
     seconds, never for good; the daemon also removes stale dot files of
     keys/ (retention.clean_tmp). The marker is not synced: a crash may
-    leave it, to be broken the same way.
+    leave it, to be broken the same way. A taker that has waited
+    TAKING_LIMIT seconds in all (markers made anew faster than they go
+    stale) gives up with EAGAIN, having changed nothing.
     """
     marker = os.path.join(spool.keys, f".{os.path.basename(path)}.taking")
-    mine = _mark(marker)
+    mine = _mark(marker, os.path.relpath(path, spool.root))
     try:
         yield
     finally:
@@ -148,12 +152,12 @@ def taking(spool: Spool, path: str) -> Iterator[None]:
                 os.unlink(marker)
 
 
-def _mark(marker: str) -> int:
+def _mark(marker: str, what: str) -> int:
     """Create the marker, waiting out another's or breaking a stale one; its inode."""
     seen: tuple[int, int] | None = None
-    since = time.monotonic()
+    began = since = time.monotonic()
     pause = 0.0005
-    while True:
+    while time.monotonic() - began < TAKING_LIMIT:
         try:
             fd = os.open(marker, _MARK, 0o600)
         except FileExistsError:
@@ -173,6 +177,7 @@ def _mark(marker: str) -> int:
             continue
         time.sleep(pause)
         pause = min(pause * 2, 0.02)
+    raise OSError(errno.EAGAIN, f"{what} is being taken over by other submissions; try again")
 
 
 def _break(marker: str) -> None:
