@@ -257,19 +257,27 @@ def test_a_stale_probe_stamp_never_lets_another_daemon_take_a_running_attempt(
         os.waitpid(child, 0)
 
 
-def test_a_mutex_waiter_claimed_while_its_ticket_is_judged_keeps_its_place(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _two_waiting(tmp_path: Path) -> tuple[Parts, Parts, tuple[str, str]]:
+    """Daemon a ran the first of three tasks of mutex db; b found it busy for v and w.
+
+    The first's attempt has ended, so the mutex is free and v, w hold tickets.
+    """
     a = Parts(tmp_path / "spool", host="a")
-    first, v, _ = (a.add(T0 - 3 + i, mutex="db") for i in range(3))
+    first, v, w = (a.add(T0 - 3 + i, mutex="db") for i in range(3))
     a.dispatcher.rescan(a.clock.now())
-    assert [r.body.id for r in a.dispatcher.claim_due(a.clock.now(), 1, QueueCaps({}, 8, []))] == [
-        first
-    ]
+    claimed = a.dispatcher.claim_due(a.clock.now(), 1, QueueCaps({}, 8, []))
+    assert [r.body.id for r in claimed] == [first]
     b = Parts(tmp_path / "spool", host="b")
     b.dispatcher.rescan(b.clock.now())
     assert b.dispatcher.claim_due(b.clock.now(), 8, QueueCaps({}, 8, [])) == []  # v, w wait
     a.limits.release(first)  # its attempt ended: the mutex is free
+    return a, b, (v, w)
+
+
+def test_a_mutex_waiter_claimed_while_its_ticket_is_judged_keeps_its_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, (v, _) = _two_waiting(tmp_path)
     [v_name] = [f.name for f in walk.tasks(a.spool, (State.PENDING,)) if f.name.id == v]
     pending = a.spool.pending_path(v_name)
     lexists = os.path.lexists
@@ -305,14 +313,7 @@ def test_a_mutex_waiter_claimed_while_its_ticket_is_judged_keeps_its_place(
 def test_a_mutex_ticket_whose_task_is_gone_is_dropped_after_two_looks_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a = Parts(tmp_path / "spool", host="a")
-    first, v, w = (a.add(T0 - 3 + i, mutex="db") for i in range(3))
-    a.dispatcher.rescan(a.clock.now())
-    a.dispatcher.claim_due(a.clock.now(), 1, QueueCaps({}, 8, []))
-    b = Parts(tmp_path / "spool", host="b")
-    b.dispatcher.rescan(b.clock.now())
-    assert b.dispatcher.claim_due(b.clock.now(), 8, QueueCaps({}, 8, [])) == []  # v, w wait
-    a.limits.release(first)
+    a, b, (v, w) = _two_waiting(tmp_path)
     [v_file] = [f for f in walk.tasks(a.spool, (State.PENDING,)) if f.name.id == v]
     os.unlink(v_file.path)  # removed by hand while it waited: its ticket waits for nothing
     clock = [100.0]
