@@ -185,7 +185,10 @@ def _break(marker: str) -> None:
     aside = f"{marker}.{os.getpid()}.broken"
     with contextlib.suppress(OSError):
         os.rename(marker, aside)
-        os.unlink(aside)
+        if os.path.isdir(aside) and not os.path.islink(aside):
+            os.rmdir(aside)  # (a directory planted there; one with files in it stays aside)
+        else:
+            os.unlink(aside)
 
 
 def rightful(owner: int, uid: int) -> bool:

@@ -80,3 +80,24 @@ def test_a_taker_gives_up_with_eagain_when_markers_keep_coming(
         caught.value
     )
     assert os.path.exists(marker)  # not ours to remove
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "symlink", "dangling symlink"])
+def test_a_hostile_marker_is_broken_like_a_stale_one(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    spool, path = _spool(tmp_path)
+    marker = os.path.join(spool.keys, ".0-abc.taking")
+    target = os.path.join(tmp_path, "elsewhere")
+    open(target, "w").close()
+    {
+        "directory": lambda: os.mkdir(marker),
+        "fifo": lambda: os.mkfifo(marker),
+        "symlink": lambda: os.symlink(target, marker),
+        "dangling symlink": lambda: os.symlink(target + ".missing", marker),
+    }[kind]()
+    monkeypatch.setattr(keys, "TAKING_STALE", 0.1)
+    with keys.taking(spool, path):
+        assert os.path.isfile(marker) and not os.path.islink(marker)  # this taker's own
+    assert not os.path.lexists(marker) and os.path.isfile(target)  # nothing followed
+    assert [e for e in os.listdir(spool.keys) if e.endswith(".broken")] == []
