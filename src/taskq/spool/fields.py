@@ -232,7 +232,10 @@ def seconds(what: str, value: object, allow_zero: bool = False) -> int:
     if not (low_ok and secs <= MAX_SECONDS):  # NaN fails both comparisons
         low = "0" if allow_zero else "above 0"
         raise BadInput(f"{what} must be from {low} to {MAX_SECONDS} seconds (a century)")
-    return round(secs * SECOND)
+    us = round(secs * SECOND)
+    if us == 0 and not allow_zero:  # a positive number under half a µs
+        raise BadInput(f"{what} must be at least 0.000001 seconds (a microsecond)")
+    return us
 
 
 def epoch_seconds(what: str, value: object) -> int:
