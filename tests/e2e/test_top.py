@@ -62,12 +62,20 @@ class Screen:
         return str(wait_for(seen, timeout, what))
 
     def frame_after(self, stamp: str, timeout: float = 60) -> str:
-        """The first whole frame drawn after the one whose header says stamp."""
-        return self.wait(
-            lambda t: _header_time(t) not in ("", stamp) and "RECENT FAILURES" in t,
-            "a redraw",
-            timeout,
-        )
+        """The first whole frame drawn after the one whose header says stamp.
+
+        Whole: the same in two captures in a row, so that no capture made while
+        tmux was still drawing it (rows half rewritten on a loaded machine)
+        is read as the frame.
+        """
+
+        def settled() -> str | None:
+            text = self.text()
+            if _header_time(text) in ("", stamp) or "RECENT FAILURES" not in text:
+                return None
+            return text if self.text() == text else None
+
+        return str(wait_for(settled, timeout, "a redraw"))
 
     def close(self) -> None:
         subprocess.run([str(TMUX), "-S", self.socket, "kill-server"], capture_output=True)
