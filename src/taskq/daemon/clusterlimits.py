@@ -251,8 +251,8 @@ class ClusterLimits(Part):
         seconds or more later still finds its task out of play: a ticket is
         never taken away, even for an instant, from a task that was moving,
         so no other daemon lists the mutex without it and lets a later
-        waiter go first (the likeliest cause of a later waiter first on
-        GlusterFS in a loaded CI run, where each look takes milliseconds).
+        waiter go first. (A later waiter still went first once on GlusterFS
+        after this change: that has another cause, not yet found.)
         """
         now = _clock()
         suspects: dict[Ticket, float] = {}
