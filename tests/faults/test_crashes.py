@@ -21,7 +21,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TASKQ, Daemon, Taskq, journal_of, read_stamps, stamp_cmd, wait_for
+from conftest import (
+    TASKQ,
+    Daemon,
+    Taskq,
+    journal_of,
+    read_stamps,
+    run_until_it_dies,
+    stamp_cmd,
+    wait_for,
+)
 
 from taskq.spool.faults import POINTS
 
@@ -67,6 +76,7 @@ DAEMON_CASES = [
     ("daemon.claimed", "daemon.claimed"),
     ("daemon.started", "daemon.started"),
     ("daemon.committed", "daemon.committed"),
+    ("daemon.staged", "daemon.staged"),  # its files made ahead of its instant, not handed over
     ("daemon.asked", "daemon.asked"),  # killed after the keeper took it, before its instant
     ("daemon.spawned", "daemon.spawned"),
     ("daemon.reaped", "daemon.reaped"),
@@ -226,3 +236,25 @@ def test_an_end_whose_marker_was_never_written_resolves_its_waiters_at_start_up(
     else:
         tq.wait_state(waiter, ("cancelled",), timeout=30)
         assert read_stamps(stamps) == []
+
+
+@pytest.mark.slow
+def test_a_daemon_killed_with_an_attempt_staged_leaves_it_to_run_once_on_time(
+    tq: Taskq, start_daemon: StartDaemon, tmp_path: Path, stamps: Path
+) -> None:
+    """The attempt's files are made right after its start's commit, ahead of its instant
+    (daemon/staging.py); a daemon killed then has run nothing, and the next one runs it."""
+    run_at = time.time() + 6  # time for a loaded machine's daemon to start and prepare it
+    task_id = tq.submit("--at", f"@{run_at:.6f}", "--", *stamp_cmd(stamps))
+    assert run_until_it_dies(tq, tmp_path / "dies.log", "daemon.staged") == -9
+    log_dir = tq.spool / "logs" / task_id
+    assert (log_dir / "1.out").stat().st_size == 0 and (log_dir / "1.status").stat().st_size == 0
+    assert len(list((tq.spool / "claimed").iterdir())) == 1 and not read_stamps(stamps)
+    start_daemon()
+    tq.wait_state(task_id, ("done",))
+    wait_for(lambda: read_stamps(stamps), 10, "the task's stamp")
+    [(_, attempt, when)] = read_stamps(stamps)
+    assert attempt == 1 and when >= run_at
+    records = journal_of(tq, task_id)
+    assert [e.get("reason") for e in records if e["event"] == "released"] == ["never began"]
+    assert not [e for e in records if e["event"] == "end" and e.get("lost")], records

@@ -37,6 +37,7 @@ class Prepared:
     body: TaskBody
     user: RunAs
     mono: int = 0  # when its start rename was made (monotonic µs)
+    staged: bool = False  # its id bound and its attempt's files made ahead (Starter.stage)
 
 
 @dataclass

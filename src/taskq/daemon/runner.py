@@ -188,6 +188,16 @@ def ask(
     return True
 
 
+def stage(log_dir: str, attempt: int) -> None:
+    """Make an attempt's status and output files ahead of its start: empty and unlocked.
+
+    What a start that never began leaves; the start opens them as fresh
+    (and refuses them as it would then, should one fill meanwhile).
+    """
+    for path in (status_path(log_dir, attempt), out_path(log_dir, attempt)):
+        os.close(_open_attempt_file(path, os.O_RDONLY))
+
+
 def _attempt_files(body: TaskBody, log_dir: str, attempt: int) -> tuple[int, int, int]:
     """The attempt's standard input, its fresh output file and its locked status file."""
     status_fd = _lock_status(status_path(log_dir, attempt))

@@ -1,8 +1,9 @@
 """Starting prepared attempts at their instant: confirm the claim, wait, spawn, journal.
 
-A prepared task's start is already durable. Within LEAD of its instant the
-starter confirms that the claim is still ours, prepares the attempt's
-files and hands it to the keeper with the instant on both clocks, so that
+A prepared task's start is already durable. One due later than LEAD has its
+id bound and its attempt's files made at once (stage), so that within LEAD
+of its instant the starter only confirms that the claim is still ours,
+opens the files and hands the attempt to the keeper with the instant on both clocks, so that
 the keeper waits to the exact microsecond the clock allows (never before)
 and then only spawns; an attempt under an sh supervisor is waited for here
 instead (a wall-clock step while waiting is measured again first). The
@@ -25,7 +26,8 @@ from taskq.daemon.attempts import Attempts, Prepared, Running
 from taskq.daemon.cgroups import Group
 from taskq.daemon.crew import Crew, Part
 from taskq.daemon.keeperlink import Began, Early, KeeperGone, NotRun
-from taskq.spool import attemptfiles, fsutil, journal, ownership, transitions
+from taskq.daemon.staging import Stager
+from taskq.spool import attemptfiles, fsutil, journal, transitions
 from taskq.spool.faults import crash_point
 from taskq.spool.journal import Event
 from taskq.spool.resources import Resources
@@ -56,6 +58,7 @@ class Starter(Part):
     ) -> None:
         super().__init__(crew)
         self.attempts = attempts
+        self.stager = Stager(crew)
         self.remeasure = remeasure  # measure the clock again (after a step)
         self.on_start = on_start  # an attempt started: (lateness, now), for the metrics
         self.full_until = 0  # monotonic µs: no dispatching before (the spool was full)
@@ -76,7 +79,9 @@ class Starter(Part):
         for ready in prepared:
             run_at = ready.claim.task.run_at
             if self.clock.earliest_start(run_at) - self.clock.now() > LEAD:
-                later.append(ready)
+                staged = ready if ready.staged else self.stager.stage(ready)
+                if staged is not None:
+                    later.append(staged)
                 continue
             confirmed = self._still_ours(ready)
             if confirmed is not None:
@@ -131,7 +136,7 @@ class Starter(Part):
                 claim = transitions.renew(
                     self.spool, ready.claim, self.expiry(now), self.commit.touched
                 )
-                return Prepared(claim, ready.body, ready.user, self.clock.mono())
+                return Prepared(claim, ready.body, ready.user, self.clock.mono(), ready.staged)
             except FileNotFoundError:
                 pass
         # Cancelled (or taken) in the moment since we prepared it.
@@ -183,7 +188,7 @@ class Starter(Part):
         env = runner.task_env(body, held, self.spool.root, scheduled, ready.user)
         group = None
         try:
-            if not self._owns_id(ready, log_dir, now):
+            if not (ready.staged or self.stager.owns_id(ready, log_dir, now)):
                 return None
             if body.limits is not None:
                 group = self._group(ready, now)
@@ -241,21 +246,6 @@ class Starter(Part):
         self.settler.note(held, Event.SPAWN_FAILED, now, error=refusal)
         self.settler.finish(held, State.FAILED, now, body, event=Event.DEAD, reason=refusal)
         return None
-
-    def _owns_id(self, ready: Prepared, log_dir: str, now: int) -> bool:
-        """Whether the task's file owner may run under its id (ownership.bind); if not, quarantine.
-
-        Else a member could copy another's id into a task of his own and run
-        it with the other's log directory: read their output, add to their journal.
-        """
-        first = ownership.bind(log_dir, ready.user.uid)
-        if first == ready.user.uid:
-            return True
-        path = self.spool.claim_path(ready.claim)
-        uid = ready.user.uid
-        reason = f"id {ready.body.id} belongs to uid {first}, who ran it first, not to uid {uid}"
-        self.settler.quarantine(path, reason, now)
-        return False
 
     def _failed(self, ready: Prepared, e: OSError, now: int) -> None:
         """No room to start (disk full, read-only): put it back and pause; else a failure."""

@@ -31,6 +31,7 @@ POINTS = (
     "daemon.read",  # a claim's body is read (in the poison guard's handling), nothing decided
     "daemon.started",  # claimed -> started, not yet committed
     "daemon.committed",  # the start is durable; the child is not yet spawned
+    "daemon.staged",  # the attempt's files are made, empty and unlocked, ahead of its instant
     "daemon.asked",  # the keeper holds the attempt, to spawn at its instant; no answer heard
     "daemon.spawned",  # the child runs; its start is not yet journalled
     "daemon.reaped",  # the child has ended; the task has not moved on
