@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Daemon, Taskq, events, read_stamps, stamp_cmd, wait_for
 
+from taskq.spool import mounts
 from taskq.times.timespec import SECOND
 from taskq.times.when import parse_when
 
@@ -231,3 +234,27 @@ def test_garbage_is_quarantined_while_valid_tasks_run(
     assert "quarantined" in daemon.text()
     assert {oct(p.stat().st_mode & 0o777) for p in reasons} == {"0o600"}
     assert not fake.exists() and not (bucket / "garbage.txt").exists()
+
+
+def _uncertainty(tq: Taskq) -> float:
+    """The clock uncertainty the one daemon's record shows, in seconds."""
+    return float(wait_for(lambda: _one_record(tq), 30, "the daemon's record")["uncertainty"])
+
+
+def _one_record(tq: Taskq) -> dict[str, Any] | None:
+    records = json.loads(tq.run("status", "--json").stdout)
+    return records[0] if len(records) == 1 and "uncertainty" in records[0] else None
+
+
+def test_on_a_local_filesystem_no_clock_margin_is_allowed_for_unless_given(
+    tq: Taskq, start_daemon: StartDaemon
+) -> None:
+    """Its file times are this host's own clock: the uncertainty is the measured offset alone
+    (microseconds), and a start waits for run_at itself; --clock-margin still adds one."""
+    if not mounts.clock_stamped_here(str(tq.spool)):
+        pytest.skip(f"{tq.spool} is not on a local filesystem")
+    daemon = start_daemon()
+    assert _uncertainty(tq) < 0.001
+    daemon.stop()
+    start_daemon("--clock-margin", "5ms")
+    assert _uncertainty(tq) >= 0.005

@@ -4,13 +4,16 @@ MooseFS)."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import Daemon, Taskq, wait_for
 from substrates import (
     RENAME_NOREPLACE,
     CephBed,
@@ -23,6 +26,7 @@ from substrates import (
 )
 
 from taskq.daemon.wakeups import Wakeups
+from taskq.spool import mounts
 from taskq.times.clock import STAMP_LAG, Clock, mono_us, wall_us
 from taskq.times.timespec import MS, SECOND
 
@@ -40,6 +44,23 @@ def test_bindfs_refuses_rename_noreplace_but_renames(bindfs_dir: Path) -> None:
     os.rename(src, dst)
     assert sorted(os.listdir(bindfs_dir)) == ["b"]
     assert dst.read_text() == "x"
+
+
+def test_a_daemon_on_a_fuse_spool_allows_for_the_clock_margin(bindfs_dir: Path) -> None:
+    """A FUSE filesystem may pass on another host's file times: the 1 ms margin stays."""
+    assert not mounts.clock_stamped_here(str(bindfs_dir))
+    tq = Taskq(bindfs_dir / "spool")
+    daemon = Daemon(tq, bindfs_dir.parent / "daemon.log", "--host-id", "fuse")
+    try:
+        record = wait_for(lambda: _record(tq), 30, "the daemon's record")
+        assert record["uncertainty"] >= 0.001
+    finally:
+        daemon.stop()
+
+
+def _record(tq: Taskq) -> dict[str, Any] | None:
+    records = json.loads(tq.run("status", "--json").stdout)
+    return records[0] if len(records) == 1 and "uncertainty" in records[0] else None
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ from taskq.daemon.loadgate import DEFAULT_LIMITS
 from taskq.daemon.loop import Daemon
 from taskq.daemon.settings import CGROUP_MODES, DURATIONS, KEEP_DONE, WORKERS, Settings
 from taskq.errors import BadInput, TaskqError
-from taskq.spool import fsutil
+from taskq.spool import fsutil, mounts
 from taskq.spool.defaults import default_host_id
 from taskq.spool.layout import Spool
 from taskq.spool.task import check_token
@@ -67,7 +67,14 @@ def _duration(name: str) -> Callable[[F], F]:
 @_duration("retry_delay")
 @_duration("retry_cap")
 @_duration("rescan")
-@_duration("clock_margin")
+@click.option(
+    "--clock-margin",
+    metavar="DURATION",
+    type=DURATION,
+    help=DURATIONS["clock_margin"].help
+    + f" [default: {DURATIONS['clock_margin'].default}; 0 on a local filesystem, whose "
+    "clock is this host's]",
+)
 @click.option(
     "--queue-limit",
     "queue_limit",
@@ -140,6 +147,8 @@ def _duration(name: str) -> Callable[[F], F]:
 @click.pass_context
 def daemon_command(ctx: click.Context, /, **opts: Any) -> None:
     """Run due tasks until SIGTERM or SIGINT (in the foreground unless --detach)."""
+    root = check_spool_path(ctx)
+    opts["clock_margin"] = _clock_margin(opts["clock_margin"], root)
     cfg = Settings(
         workers=opts["workers"],
         host_id=check_token("host id", opts["host_id"] or default_host_id()),
@@ -152,7 +161,7 @@ def daemon_command(ctx: click.Context, /, **opts: Any) -> None:
         cgroups=opts["cgroups"],
     )
     cfg.check()
-    spool = Spool(check_spool_path(ctx))  # what it skips goes to its log
+    spool = Spool(root)  # what it skips goes to its log
     init_spool(spool)
     log_file = os.path.abspath(opts["log_file"]) if opts["log_file"] else None
     syslog = opts["detach"] and log_file is None
@@ -183,6 +192,13 @@ def daemon_command(ctx: click.Context, /, **opts: Any) -> None:
         if pidfile is not None:
             pidfile.release()
     sys.exit(status)
+
+
+def _clock_margin(given: int | None, root: str) -> int:
+    """--clock-margin, or by default none where the spool's file times are our own clock."""
+    if given is not None:
+        return given
+    return 0 if mounts.clock_stamped_here(root) else DURATIONS["clock_margin"].us
 
 
 def _queue_limits(pairs: tuple[tuple[str, int], ...]) -> dict[str, int]:

@@ -19,11 +19,10 @@ import errno
 import os
 
 from taskq.daemon.cgroups import CONTROLLERS, DAEMON_LEAF, OURS, Backend, put
-from taskq.text.lazyre import Lazy
+from taskq.spool import mounts as mount_table
 
-MOUNTINFO = "/proc/self/mountinfo"
+MOUNTINFO = mount_table.MOUNTINFO
 OWN = "/proc/self/cgroup"
-_ESCAPE = Lazy(r"\\([0-7]{3})")
 
 
 def detect(mode: str, daemon: str) -> tuple[Backend | None, str]:
@@ -51,12 +50,7 @@ def detect(mode: str, daemon: str) -> tuple[Backend | None, str]:
     return None, "; ".join(problems) or "no cgroup hierarchy is mounted"
 
 
-def _unescape(field: str) -> str:
-    return _ESCAPE.compiled().sub(lambda m: chr(int(m.group(1), 8)), field)
-
-
 def _lines(path: str) -> list[str]:
-    """The lines of a file of /proc, none when it cannot be read."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read().splitlines()
@@ -66,14 +60,11 @@ def _lines(path: str) -> list[str]:
 
 def _mounts() -> list[tuple[str, str, str, set[str]]]:
     """Each cgroup mount: (fstype, root within its hierarchy, mount point, super options)."""
-    out: list[tuple[str, str, str, set[str]]] = []
-    for line in _lines(MOUNTINFO):
-        left, sep, right = line.partition(" - ")
-        parts, tail = left.split(), right.split()
-        if not sep or len(parts) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
-            continue
-        out.append((tail[0], _unescape(parts[3]), _unescape(parts[4]), set(tail[2].split(","))))
-    return out
+    return [
+        (m.fstype, m.root, m.point, set(m.options))
+        for m in mount_table.table(MOUNTINFO)
+        if m.fstype in ("cgroup", "cgroup2")
+    ]
 
 
 def _own() -> dict[str, str]:

@@ -43,7 +43,10 @@ DURATIONS = {
     "retry_cap": Knob("1h", 0, 30 * DAY, "Longest backoff."),
     "rescan": Knob("30s", 100 * MS, DAY, "Safety-net rescan interval."),
     "clock_margin": Knob(
-        "1ms", 0, HOUR, "Clock uncertainty allowed for: never start before run_at + margin."
+        "1ms",
+        0,
+        HOUR,
+        "Clock uncertainty allowed for: never start before run_at + offset + margin.",
     ),
     "doorbell_poll": Knob(
         "250ms",
