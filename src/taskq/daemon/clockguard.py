@@ -39,8 +39,13 @@ class ClockGuard:
         self.next_check = 0  # monotonic µs
         self.last_mono = clock.mono()
 
-    def guard(self) -> bool:
-        """Measure again if due or if the wall clock stepped; True if monotonic time went back."""
+    def guard(self, due: Callable[[int], bool] | None = None) -> bool:
+        """Measure again if due or if the wall clock stepped; True if monotonic time went back.
+
+        due(next_check) says whether a measurement that is due may be made
+        now (the loop holds it back for a start that is about to be handed
+        over); a step is measured at once whatever it says.
+        """
         mono = self.clock.mono()
         went_back = mono < self.last_mono
         if went_back:
@@ -54,7 +59,7 @@ class ClockGuard:
             drift = self.clock.drift()
             way = "forward" if drift > 0 else "back"
             self.check(f"the wall clock stepped {way} by {format_duration(abs(drift))}; ")
-        elif mono >= self.next_check:
+        elif mono >= self.next_check if due is None else due(self.next_check):
             self.check()
         return went_back
 

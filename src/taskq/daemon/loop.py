@@ -153,7 +153,7 @@ class Daemon:
 
     def _guard_clock(self) -> int:
         """Read now, after measuring the clock again if it is time or the wall clock stepped."""
-        if self.parts.guard.guard():
+        if self.parts.guard.guard(self.plan.due):
             self.plan.rearm()  # the monotonic clock went back
         return self.clock.now()
 
@@ -177,7 +177,7 @@ class Daemon:
         mono = self.clock.mono()
         if self.bell_rang:  # a cancel may have renamed a claim of ours
             self.parts.recovery.check_claims(now, mono)
-        if mono < self.plan.next["renew"]:
+        if not self.plan.due(self.plan.next["renew"]):
             return
         self.plan.next["renew"] = mono + self.cfg.lease // 3
         self.parts.recovery.renew(now, mono)
@@ -207,7 +207,7 @@ class Daemon:
         mono = self.clock.mono()
         index, timers = self.parts.dispatcher.index, self.plan.next
         drained = not index and index.more_beyond
-        if self.rescan_wanted or self.bell_rang or drained or mono >= timers["rescan"]:
+        if self.rescan_wanted or self.bell_rang or drained or self.plan.due(timers["rescan"]):
             self.rescan_wanted = self.bell_rang = False
             timers["rescan"] = mono + self.cfg.rescan
             self.parts.dispatcher.rescan(now)

@@ -7,17 +7,26 @@ the clock guard's next check, the attempts' timeouts, systemd's watchdog,
 the shutdown grace, the next due task less the prepare lead, a schedule's
 next pass, the end of a pause or of a full spool, the load gate opening,
 and a prepared attempt's start less the starter's lead.
+
+The timed chores (a clock measurement, the renewals and recovery scan, the
+safety-net rescan: milliseconds each) wait while an attempt is prepared
+and not yet handed to the keeper, for at most CHORE_HOLD, so that one
+falling due in the moments before a start does not make the start late.
 """
 
 from __future__ import annotations
 
+from taskq.daemon.attempts import Prepared
 from taskq.daemon.inhand import InHand
 from taskq.daemon.starter import LEAD
 from taskq.daemon.wiring import Parts
 from taskq.times.clock import Clock
-from taskq.times.timespec import SECOND
+from taskq.times.timespec import MS, SECOND
 
 NEVER = 1 << 62  # a timer that is not armed
+# The longest a timed chore waits for a prepared attempt's hand-off: well within the
+# renewal's slack of the shortest --lease (500 ms, renewed every third of it).
+CHORE_HOLD = 50 * MS
 
 
 class WakePlan:
@@ -33,6 +42,15 @@ class WakePlan:
         """Every timer due at once (after an error, or a monotonic clock that went back)."""
         self.next = dict.fromkeys(self.next, 0)
 
+    def due(self, timer: int) -> bool:
+        """Whether a timed chore armed for `timer` runs now (not held for a hand-off)."""
+        mono = self.clock.mono()
+        return mono >= timer and not self.held(timer, mono)
+
+    def held(self, timer: int, mono: int) -> bool:
+        """Whether a chore armed for `timer` waits: an attempt is prepared, not yet handed over."""
+        return bool(self.inhand.prepared) and mono < timer + CHORE_HOLD
+
     def timeout(self, stop_deadline: int | None, at_once: bool) -> float:
         """Seconds the loop may sleep.
 
@@ -46,7 +64,8 @@ class WakePlan:
     def _deadlines(self, stop_deadline: int | None, at_once: bool) -> list[int]:
         """Monotonic instants the loop must wake at: renewals, checks, due work, kills."""
         mono = self.clock.mono()
-        out = [self.next["renew"], self.parts.guard.next_check, self.next["poll"]]
+        chores = [self.next["renew"], self.parts.guard.next_check]
+        out = [self._chore(timer) for timer in chores] + [self.next["poll"]]
         out += self.parts.attempts.deadlines()
         watchdog = self.parts.health.next_deadline()
         if watchdog is not None:
@@ -55,14 +74,24 @@ class WakePlan:
             out.append(stop_deadline)
         else:
             out += self._dispatch_deadlines(mono, at_once)
-        for ready in self.inhand.prepared:
-            wait = self.clock.earliest_start(ready.claim.task.run_at) - LEAD - self.clock.now()
-            out.append(mono + wait)
+        out += [self._handoff(ready) for ready in self.inhand.prepared]
         return out
+
+    def _chore(self, timer: int) -> int:
+        """When a timed chore can run: its timer, or after the prepared attempts' hand-off."""
+        if not self.inhand.prepared:
+            return timer
+        handoff = min(self._handoff(ready) for ready in self.inhand.prepared)
+        return timer if timer >= handoff else min(handoff, timer + CHORE_HOLD)
+
+    def _handoff(self, ready: Prepared) -> int:
+        """The monotonic instant a prepared attempt is handed over: its start less LEAD."""
+        wait = self.clock.earliest_start(ready.claim.task.run_at) - LEAD - self.clock.now()
+        return self.clock.mono() + wait
 
     def _dispatch_deadlines(self, mono: int, at_once: bool) -> list[int]:
         index = self.parts.dispatcher.index
-        out = [self.next["rescan"]]
+        out = [self._chore(self.next["rescan"])]
         busy = bool(self.inhand.prepared)
         if self.parts.guard.ok:
             wake = self.parts.schedules.wake_at(busy=busy, lead=self.parts.commit.lead())

@@ -14,6 +14,7 @@ from taskq.client import request
 from taskq.client.submit import submit
 from taskq.daemon.loop import Daemon
 from taskq.daemon.settings import Settings
+from taskq.daemon.wakeplan import CHORE_HOLD
 from taskq.schedules import materialise
 from taskq.schedules.slots import Spec
 from taskq.schedules.store import Schedule, Store
@@ -109,5 +110,36 @@ def test_an_attempt_asked_of_the_keeper_counts_against_the_workers(tmp_path: Pat
         assert daemon.inhand.asking() and not daemon.inhand.prepared
         assert daemon.inhand.free() == 0
         assert prepared.id in daemon.inhand.ids()  # a recovery scan must not take it back
+    finally:
+        daemon.parts.attempts.close()
+
+
+def test_timed_chores_wait_for_a_prepared_attempts_hand_off_but_not_long(tmp_path: Path) -> None:
+    """A clock measurement, renewal or rescan falling due while an attempt is prepared would
+    delay its hand-off to the keeper: it waits, at most CHORE_HOLD, and the loop sleeps
+    meanwhile (a held timer that read as due would spin it)."""
+    spool = Spool(str(tmp_path / "spool"))
+    spool.init()
+    daemon = Daemon(spool, Settings(host_id="unit", workers=1))
+    now = wall_us()
+    try:
+        daemon.parts.health.lock(now)
+        run_at = now + 30 * SECOND  # its hand-off is far off, whatever the machine's load
+        submit(spool, request.body(Request(run_at=run_at, cwd="/"), ["true"], now))
+        daemon.step(run_at - 10 * MS)  # claimed and committed ahead; the clock says not yet
+        assert daemon.inhand.prepared
+        plan, guard, mono = daemon.plan, daemon.parts.guard, daemon.clock.mono()
+        plan.next["renew"] = plan.next["rescan"] = guard.next_check = mono
+        assert not plan.due(mono)
+        daemon.step()
+        assert guard.next_check == mono, "the clock was measured before the hand-off"
+        assert plan.next["renew"] == mono, "the claims were renewed before the hand-off"
+        assert 0 < plan.timeout(None, False) <= CHORE_HOLD / SECOND
+        time.sleep(CHORE_HOLD / SECOND)
+        assert plan.due(mono)  # held no longer than that
+        daemon.step()
+        assert guard.next_check > mono and plan.next["renew"] > mono
+        daemon.inhand.prepared.clear()
+        assert plan.due(daemon.clock.mono())  # nothing prepared: nothing is held
     finally:
         daemon.parts.attempts.close()
