@@ -132,6 +132,13 @@ class ClusterLimits(Part):
         return f"queue {name} is at its limit of {count} {what} across the spool"
 
     def _take_mutex(self, task: TaskName, mutex: str, lease: Lease, got: list[Held]) -> str | None:
+        """Take the mutex if it is free and no older task waits for it; else leave a ticket.
+
+        The tickets are listed afresh: the turn's view may predate them, or
+        be none at all (a daemon with no limit in play skips its look), and
+        a view without the oldest ticket would let a later waiter go first.
+        """
+        self.view = permits.listing(self.spool)
         oldest = self.view.oldest_waiting(mutex)
         permit = Permit("mutex", mutex, 0)
         first = oldest is None or (oldest.run_at, oldest.id) >= (task.run_at, task.id)
@@ -251,8 +258,7 @@ class ClusterLimits(Part):
         seconds or more later still finds its task out of play: a ticket is
         never taken away, even for an instant, from a task that was moving,
         so no other daemon lists the mutex without it and lets a later
-        waiter go first. (A later waiter still went first once on GlusterFS
-        after this change: that has another cause, not yet found.)
+        waiter go first.
         """
         now = _clock()
         suspects: dict[Ticket, float] = {}

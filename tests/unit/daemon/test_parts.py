@@ -403,3 +403,21 @@ def test_clock_guard_measures_again_after_a_step_and_rearms_after_mono_goes_back
     assert guard.ok and seen[-1] is True  # trust came back
     t.mono -= 30 * SECOND
     assert guard.guard() is True  # the monotonic clock went back: the loop re-arms
+
+
+def test_a_daemon_that_never_saw_the_waiters_still_takes_a_mutex_for_the_oldest(
+    tmp_path: Path,
+) -> None:
+    """Daemon c held no permit and saw no waiter, so its turns listed no permits: a claim of
+    the later waiter w must still find v's older ticket, not c's empty view, and wait."""
+    a, b, (v, w) = _two_waiting(tmp_path)
+    c = Parts(tmp_path / "spool", host="c")
+    c.limits.look(c.clock.now())  # nothing in play for c: its view may be its first
+    [w_name] = [f.name for f in walk.tasks(c.spool, (State.PENDING,)) if f.name.id == w]
+    held = transitions.claim(
+        c.spool, c.spool.pending_path(w_name), w_name, DaemonId("c", 3), T0 + 10 * SECOND
+    )
+    body = c.spool.read_body(c.spool.claim_path(held))
+    assert c.limits.acquire(held, body, c.clock.now()) == "waits for mutex db"
+    assert permits.listing(c.spool).held == frozenset()  # the mutex stays free for v
+    assert [t.task.id for t in permits.listing(c.spool).tickets] == [v, w]
