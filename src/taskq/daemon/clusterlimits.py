@@ -134,10 +134,8 @@ class ClusterLimits(Part):
     def _take_mutex(self, task: TaskName, mutex: str, lease: Lease, got: list[Held]) -> str | None:
         """Take the mutex if it is free and no older task waits for it; else leave a ticket.
 
-        The tickets are listed afresh: the turn's view may predate them, or
-        be none at all (a daemon with no limit in play skips its look), and
-        a view without the oldest ticket would let a later waiter go first.
-        """
+        Listed afresh: a turn's view may predate a ticket, or be none (a daemon
+        with no limit in play skips its look), and let a later waiter go first."""
         self.view = permits.listing(self.spool)
         oldest = self.view.oldest_waiting(mutex)
         permit = Permit("mutex", mutex, 0)

@@ -410,7 +410,7 @@ def test_a_daemon_that_never_saw_the_waiters_still_takes_a_mutex_for_the_oldest(
 ) -> None:
     """Daemon c held no permit and saw no waiter, so its turns listed no permits: a claim of
     the later waiter w must still find v's older ticket, not c's empty view, and wait."""
-    a, b, (v, w) = _two_waiting(tmp_path)
+    _, _, (v, w) = _two_waiting(tmp_path)
     c = Parts(tmp_path / "spool", host="c")
     c.limits.look(c.clock.now())  # nothing in play for c: its view may be its first
     [w_name] = [f.name for f in walk.tasks(c.spool, (State.PENDING,)) if f.name.id == w]
