@@ -91,15 +91,21 @@ def test_a_slow_disk_claim_lead_never_beats_the_overlap_judgment(tmp_path: Path)
         daemon.parts.attempts.close()
 
 
-def test_an_attempt_asked_of_the_keeper_counts_against_the_workers(tmp_path: Path) -> None:
-    """Handed to the keeper at the end of a turn, an attempt is neither prepared nor
-    running until its answer is heard in the next: it must hold its worker meanwhile."""
+def _locked_daemon(tmp_path: Path) -> tuple[Spool, Daemon, int]:
+    """A one-worker daemon on a fresh spool, holding its lock as run() does; and now."""
     spool = Spool(str(tmp_path / "spool"))
     spool.init()
     daemon = Daemon(spool, Settings(host_id="unit", workers=1))
     now = wall_us()
+    daemon.parts.health.lock(now)
+    return spool, daemon, now
+
+
+def test_an_attempt_asked_of_the_keeper_counts_against_the_workers(tmp_path: Path) -> None:
+    """Handed to the keeper at the end of a turn, an attempt is neither prepared nor
+    running until its answer is heard in the next: it must hold its worker meanwhile."""
+    spool, daemon, now = _locked_daemon(tmp_path)
     try:
-        daemon.parts.health.lock(now)
         run_at = now + 2 * SECOND
         prepared = submit(spool, request.body(Request(run_at=run_at, cwd="/"), ["true"], now))[0]
         daemon.step(run_at - 10 * MS)  # claimed and committed ahead; the clock says not yet
@@ -118,12 +124,8 @@ def test_timed_chores_wait_for_a_prepared_attempts_hand_off_but_not_long(tmp_pat
     """A clock measurement, renewal or rescan falling due while an attempt is prepared would
     delay its hand-off to the keeper: it waits, at most CHORE_HOLD, and the loop sleeps
     meanwhile (a held timer that read as due would spin it)."""
-    spool = Spool(str(tmp_path / "spool"))
-    spool.init()
-    daemon = Daemon(spool, Settings(host_id="unit", workers=1))
-    now = wall_us()
+    spool, daemon, now = _locked_daemon(tmp_path)
     try:
-        daemon.parts.health.lock(now)
         run_at = now + 30 * SECOND  # its hand-off is far off, whatever the machine's load
         submit(spool, request.body(Request(run_at=run_at, cwd="/"), ["true"], now))
         daemon.step(run_at - 10 * MS)  # claimed and committed ahead; the clock says not yet
