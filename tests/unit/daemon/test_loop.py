@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from taskq.client import request
 from taskq.client.submit import submit
+from taskq.daemon import wakeplan
 from taskq.daemon.loop import Daemon
 from taskq.daemon.settings import Settings
-from taskq.daemon.wakeplan import CHORE_HOLD
 from taskq.schedules import materialise
 from taskq.schedules.slots import Spec
 from taskq.schedules.store import Schedule, Store
@@ -120,13 +122,18 @@ def test_an_attempt_asked_of_the_keeper_counts_against_the_workers(tmp_path: Pat
         daemon.parts.attempts.close()
 
 
-def test_timed_chores_wait_for_a_prepared_attempts_hand_off_but_not_long(tmp_path: Path) -> None:
+def test_timed_chores_wait_for_a_prepared_attempts_hand_off_but_not_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A clock measurement, renewal or rescan falling due while an attempt is prepared would
     delay its hand-off to the keeper: it waits, at most CHORE_HOLD, and the loop sleeps
-    meanwhile (a held timer that read as due would spin it)."""
+    meanwhile (a held timer that read as due would spin it). The hold is made 10 s here,
+    so that a loaded machine's slow step does not outlast it."""
+    hold = 10 * SECOND
+    monkeypatch.setattr(wakeplan, "CHORE_HOLD", hold)
     spool, daemon, now = _locked_daemon(tmp_path)
     try:
-        run_at = now + 30 * SECOND  # its hand-off is far off, whatever the machine's load
+        run_at = now + 60 * SECOND  # its hand-off is far off, whatever the machine's load
         submit(spool, request.body(Request(run_at=run_at, cwd="/"), ["true"], now))
         daemon.step(run_at - 10 * MS)  # claimed and committed ahead; the clock says not yet
         assert daemon.inhand.prepared
@@ -136,11 +143,12 @@ def test_timed_chores_wait_for_a_prepared_attempts_hand_off_but_not_long(tmp_pat
         daemon.step()
         assert guard.next_check == mono, "the clock was measured before the hand-off"
         assert plan.next["renew"] == mono, "the claims were renewed before the hand-off"
-        assert 0 < plan.timeout(None, False) <= CHORE_HOLD / SECOND
-        time.sleep(CHORE_HOLD / SECOND)
-        assert plan.due(mono)  # held no longer than that
+        assert 0 < plan.timeout(None, False) <= hold / SECOND
+        overdue = daemon.clock.mono() - hold - 1
+        plan.next["renew"] = plan.next["rescan"] = guard.next_check = overdue
+        assert plan.due(overdue)  # held no longer than CHORE_HOLD
         daemon.step()
-        assert guard.next_check > mono and plan.next["renew"] > mono
+        assert guard.next_check > overdue and plan.next["renew"] > overdue
         daemon.inhand.prepared.clear()
         assert plan.due(daemon.clock.mono())  # nothing prepared: nothing is held
     finally:
