@@ -269,6 +269,8 @@ def test_a_daemon_killed_with_an_attempt_staged_leaves_it_to_run_once_on_time(
     log_dir = tq.spool / "logs" / task_id
     assert (log_dir / "1.out").stat().st_size == 0 and (log_dir / "1.status").stat().st_size == 0
     assert len(list((tq.spool / "claimed").iterdir())) == 1 and not read_stamps(stamps)
+    told = tq.run("logs", task_id, check=False)
+    assert told.returncode != 0 and b"has not run yet" in told.stderr, told
     after = Daemon(tq, tmp_path / "after.log", "--host-id", "testhost")
     try:
         tq.wait_state(task_id, ("done",))

@@ -145,6 +145,8 @@ def logs_command(ctx: click.Context, task_id: str, attempt: int | None, follow: 
         return
     if attempt is None:
         attempt = watch.latest_attempt(log_dir)
+        while attempt is not None and attemptfiles.never_began(log_dir, attempt):
+            attempt = attempt - 1 or None  # made ahead of a start that never came
         if attempt is None:
             byid.locate(spool, task_id)
             raise Conflict(f"task {check_id(task_id)} has not run yet")

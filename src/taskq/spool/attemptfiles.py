@@ -50,6 +50,21 @@ def read_supervisor(log_dir: str, attempt: int) -> tuple[bool, int | None]:
     return began or code is not None, code
 
 
+def never_began(log_dir: str, attempt: int) -> bool:
+    """Whether an attempt's files are as a start that never began leaves them: both empty.
+
+    The daemon makes them ahead of a start (daemon/staging.py); a task
+    cancelled then, or a start the keeper refused, leaves them so. A begun
+    attempt's status holds "S" at least.
+    """
+    try:
+        status = os.lstat(status_path(log_dir, attempt))
+        output = os.lstat(out_path(log_dir, attempt))
+    except FileNotFoundError:
+        return False
+    return status.st_size == 0 and output.st_size == 0
+
+
 def read_output(log_dir: str, attempt: int, offset: int = 0, most: int = 1 << 20) -> bytes:
     """Up to `most` bytes of an attempt's output from offset (b"" at its end).
 
