@@ -251,11 +251,16 @@ def test_a_daemon_killed_with_an_attempt_staged_leaves_it_to_run_once_on_time(
     (daemon/staging.py); a daemon killed then has run nothing, and the next one runs it.
 
     A loop that prepares the task within 5 ms of its instant (a loaded machine) starts it
-    in place, unstaged: that try runs it, and the test tries again on a fresh spool."""
+    in place, unstaged: that try runs it, and the test tries again on a fresh spool. A task
+    run first lets the daemon's prepare lead grow with its commits' times on a busy disk."""
     for n in range(5):
         tq, stamps = Taskq(tmp_path / f"spool{n}"), tmp_path / f"stamps{n}"
         crash = {"TASKQ_CRASH_AT": "daemon.staged"}
         dying = Daemon(tq, tmp_path / f"dies{n}.log", "--host-id", "testhost", env=crash)
+        # A first task's commits set the prepare lead (twice the slowest recent commit):
+        # on a loaded machine it then leaves room to stage the second one ahead.
+        warm = tq.submit("--", "true")
+        tq.wait_state(warm, ("done",), timeout=60)
         run_at = time.time() + 2
         task_id = tq.submit("--at", f"@{run_at:.6f}", "--", *stamp_cmd(stamps))
         wait_for(functools.partial(_died_or_ran, dying, stamps), 60, "death, or the task run")

@@ -284,6 +284,18 @@ class Run:
         path = self.directory(drop, good_id) / drop.name
         if os.path.lexists(path) or drop.name in ("doorbell", "config.toml"):
             return  # (the real doorbell and config.toml are fuzzed apart)
+        for _ in range(5):
+            try:
+                self._make(path, drop)
+                break
+            except FileNotFoundError:
+                if path.parent.exists():
+                    raise
+                path.parent.mkdir(parents=True)  # the daemon pruned an empty bucket meanwhile
+        self.placed.append((path, drop))
+
+    def _make(self, path: Path, drop: Drop) -> None:
+        """Make one planted file of its kind at path."""
         if drop.kind == "fifo":
             os.mkfifo(path, 0o600)
         elif drop.kind == "symlink":
@@ -298,7 +310,6 @@ class Run:
                 data = data.replace(b'"NAME"', json.dumps(path.parent.name).encode())
             path.write_bytes(data)
             path.chmod(0o600)
-        self.placed.append((path, drop))
 
     def submit_good(self) -> str:
         run_at = time.time() + 0.25  # (past by the time it is filed, on a loaded machine: so be it)
