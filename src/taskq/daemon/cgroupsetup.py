@@ -51,6 +51,7 @@ def detect(mode: str, daemon: str) -> tuple[Backend | None, str]:
 
 
 def _lines(path: str) -> list[str]:
+    """The lines of a file of /proc, none when it cannot be read."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read().splitlines()
